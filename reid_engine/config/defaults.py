@@ -1,0 +1,261 @@
+"""The default config tree: every key of the schema with its default value.
+
+Key names follow fast-reid so that its users' YAML files load unchanged. Keys marked
+"(ours)" are additions. Units: keys in epochs are converted to iterations by the
+trainer; the engine itself counts iterations.
+"""
+from .config import CfgNode as CN
+
+_C = CN()
+
+# ---------------------------------------------------------------------------- #
+# Model
+# ---------------------------------------------------------------------------- #
+_C.MODEL = CN()
+# (ours) "auto" = cuda if available, else cpu. "cuda" without CUDA is a clear error.
+_C.MODEL.DEVICE = "auto"
+_C.MODEL.META_ARCHITECTURE = "Baseline"
+# Module-name prefixes kept frozen for SOLVER.FREEZE_ITERS iterations.
+_C.MODEL.FREEZE_LAYERS = []
+# Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
+_C.MODEL.WEIGHTS = ""
+# Images enter the model as 0..255 and are normalised inside it.
+_C.MODEL.PIXEL_MEAN = [123.675, 116.28, 103.53]
+_C.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
+# Size of the feature queue of memory-queue meta architectures.
+_C.MODEL.QUEUE_SIZE = 8192
+
+_C.MODEL.BACKBONE = CN()
+_C.MODEL.BACKBONE.NAME = "build_resnet_backbone"
+_C.MODEL.BACKBONE.DEPTH = "50x"  # 18x 34x 50x 101x 152x
+_C.MODEL.BACKBONE.LAST_STRIDE = 1
+_C.MODEL.BACKBONE.FEAT_DIM = 2048
+_C.MODEL.BACKBONE.NORM = "BN"  # BN, syncBN, GN, FrozenBN
+_C.MODEL.BACKBONE.WITH_IBN = False
+_C.MODEL.BACKBONE.WITH_SE = False
+_C.MODEL.BACKBONE.WITH_NL = False
+_C.MODEL.BACKBONE.PRETRAIN = False
+# Local file with torchvision-format ImageNet weights, or IBN-Net weights.
+_C.MODEL.BACKBONE.PRETRAIN_PATH = ""
+# Vision-transformer options, kept so fast-reid files that set them still load.
+_C.MODEL.BACKBONE.SIE_COE = 3.0
+_C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)
+_C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1
+_C.MODEL.BACKBONE.DROP_RATIO = 0.0
+_C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0
+
+_C.MODEL.HEADS = CN()
+_C.MODEL.HEADS.NAME = "EmbeddingHead"
+_C.MODEL.HEADS.NORM = "BN"
+# 0 = filled in from the training set by the trainer.
+_C.MODEL.HEADS.NUM_CLASSES = 0
+# 0 = no extra 1x1 embedding layer.
+_C.MODEL.HEADS.EMBEDDING_DIM = 0
+_C.MODEL.HEADS.WITH_BNNECK = False
+# "before" or "after" the BN neck: which feature is used at test time.
+_C.MODEL.HEADS.NECK_FEAT = "before"
+# Identity Flatten GlobalAvgPool GlobalMaxPool GeneralizedMeanPooling
+# GeneralizedMeanPoolingP AdaptiveAvgMaxPool ClipGlobalAvgPool
+_C.MODEL.HEADS.POOL_LAYER = "GlobalAvgPool"
+# Linear ArcSoftmax CosSoftmax CircleSoftmax
+_C.MODEL.HEADS.CLS_LAYER = "Linear"
+_C.MODEL.HEADS.MARGIN = 0.0
+_C.MODEL.HEADS.SCALE = 1
+
+_C.MODEL.LOSSES = CN()
+# Any of CrossEntropyLoss TripletLoss CircleLoss Cosface FocalLoss.
+_C.MODEL.LOSSES.NAME = ("CrossEntropyLoss",)
+
+_C.MODEL.LOSSES.CE = CN()
+_C.MODEL.LOSSES.CE.EPSILON = 0.0  # label smoothing; -1 = adaptive
+_C.MODEL.LOSSES.CE.ALPHA = 0.2
+_C.MODEL.LOSSES.CE.SCALE = 1.0
+
+_C.MODEL.LOSSES.FL = CN()
+_C.MODEL.LOSSES.FL.ALPHA = 0.25
+_C.MODEL.LOSSES.FL.GAMMA = 2
+_C.MODEL.LOSSES.FL.SCALE = 1.0
+
+_C.MODEL.LOSSES.TRI = CN()
+_C.MODEL.LOSSES.TRI.MARGIN = 0.3  # 0 = soft margin
+_C.MODEL.LOSSES.TRI.NORM_FEAT = False
+_C.MODEL.LOSSES.TRI.HARD_MINING = False
+_C.MODEL.LOSSES.TRI.SCALE = 1.0
+
+_C.MODEL.LOSSES.CIRCLE = CN()
+_C.MODEL.LOSSES.CIRCLE.MARGIN = 0.25
+_C.MODEL.LOSSES.CIRCLE.GAMMA = 128
+_C.MODEL.LOSSES.CIRCLE.SCALE = 1.0
+
+_C.MODEL.LOSSES.COSFACE = CN()
+_C.MODEL.LOSSES.COSFACE.MARGIN = 0.25
+_C.MODEL.LOSSES.COSFACE.GAMMA = 128
+_C.MODEL.LOSSES.COSFACE.SCALE = 1.0
+
+# ---------------------------------------------------------------------------- #
+# Knowledge distillation (kept for fast-reid compatibility)
+# ---------------------------------------------------------------------------- #
+_C.KD = CN()
+_C.KD.MODEL_CONFIG = []
+_C.KD.MODEL_WEIGHTS = []
+_C.KD.EMA = CN()
+_C.KD.EMA.ENABLED = False
+_C.KD.EMA.MOMENTUM = 0.999
+
+# ---------------------------------------------------------------------------- #
+# Input
+# ---------------------------------------------------------------------------- #
+_C.INPUT = CN()
+_C.INPUT.SIZE_TRAIN = [256, 128]  # [height, width]
+_C.INPUT.SIZE_TEST = [256, 128]
+
+_C.INPUT.CROP = CN()
+_C.INPUT.CROP.ENABLED = False
+_C.INPUT.CROP.SIZE = [224, 224]
+_C.INPUT.CROP.SCALE = [0.16, 1]
+_C.INPUT.CROP.RATIO = [3.0 / 4.0, 4.0 / 3.0]
+
+_C.INPUT.FLIP = CN()
+_C.INPUT.FLIP.ENABLED = False
+_C.INPUT.FLIP.PROB = 0.5
+
+_C.INPUT.PADDING = CN()
+_C.INPUT.PADDING.ENABLED = False
+_C.INPUT.PADDING.MODE = "constant"
+_C.INPUT.PADDING.SIZE = 10
+
+_C.INPUT.CJ = CN()
+_C.INPUT.CJ.ENABLED = False
+_C.INPUT.CJ.PROB = 0.5
+_C.INPUT.CJ.BRIGHTNESS = 0.15
+_C.INPUT.CJ.CONTRAST = 0.15
+_C.INPUT.CJ.SATURATION = 0.1
+_C.INPUT.CJ.HUE = 0.1
+
+_C.INPUT.AFFINE = CN()
+_C.INPUT.AFFINE.ENABLED = False
+
+_C.INPUT.AUTOAUG = CN()
+_C.INPUT.AUTOAUG.ENABLED = False
+_C.INPUT.AUTOAUG.PROB = 0.0
+
+_C.INPUT.AUGMIX = CN()
+_C.INPUT.AUGMIX.ENABLED = False
+_C.INPUT.AUGMIX.PROB = 0.0
+
+_C.INPUT.REA = CN()  # random erasing
+_C.INPUT.REA.ENABLED = False
+_C.INPUT.REA.PROB = 0.5
+_C.INPUT.REA.VALUE = [123.675, 116.28, 103.53]
+
+_C.INPUT.RPT = CN()  # random patch
+_C.INPUT.RPT.ENABLED = False
+_C.INPUT.RPT.PROB = 0.5
+
+# ---------------------------------------------------------------------------- #
+# Datasets
+# ---------------------------------------------------------------------------- #
+_C.DATASETS = CN()
+# (ours) "" = $REID_DATASETS, else ./datasets
+_C.DATASETS.ROOT = ""
+# Training sets; several are merged with ids kept apart by a dataset prefix.
+_C.DATASETS.NAMES = ("Market1501",)
+# Test sets; each is evaluated and reported separately.
+_C.DATASETS.TESTS = ("Market1501",)
+# Fold query + gallery into training.
+_C.DATASETS.COMBINEALL = False
+
+# ---------------------------------------------------------------------------- #
+# Data loader
+# ---------------------------------------------------------------------------- #
+_C.DATALOADER = CN()
+# TrainingSampler NaiveIdentitySampler BalancedIdentitySampler
+# SetReWeightSampler ImbalancedDatasetSampler
+_C.DATALOADER.SAMPLER_TRAIN = "TrainingSampler"
+_C.DATALOADER.NUM_INSTANCE = 4  # K images per identity in a P x K batch
+_C.DATALOADER.NUM_WORKERS = 8
+_C.DATALOADER.SET_WEIGHT = []
+
+# ---------------------------------------------------------------------------- #
+# Solver
+# ---------------------------------------------------------------------------- #
+_C.SOLVER = CN()
+_C.SOLVER.AMP = CN()
+_C.SOLVER.AMP.ENABLED = False
+_C.SOLVER.AMP.PRECISION = "float16"  # (ours) float16 or bfloat16
+
+_C.SOLVER.OPT = "Adam"  # any torch.optim name
+_C.SOLVER.MAX_EPOCH = 120
+_C.SOLVER.BASE_LR = 3e-4
+_C.SOLVER.HEADS_LR_FACTOR = 1.0
+_C.SOLVER.MOMENTUM = 0.9
+_C.SOLVER.NESTEROV = False
+_C.SOLVER.WEIGHT_DECAY = 0.0005
+_C.SOLVER.WEIGHT_DECAY_NORM = 0.0005
+_C.SOLVER.BIAS_LR_FACTOR = 1.0
+_C.SOLVER.WEIGHT_DECAY_BIAS = 0.0005
+
+_C.SOLVER.SCHED = "MultiStepLR"  # MultiStepLR CosineAnnealingLR
+_C.SOLVER.DELAY_EPOCHS = 0  # cosine starts after this many epochs
+_C.SOLVER.GAMMA = 0.1
+_C.SOLVER.STEPS = [30, 55]  # epochs
+_C.SOLVER.ETA_MIN_LR = 1e-7
+
+_C.SOLVER.WARMUP_FACTOR = 0.1
+_C.SOLVER.WARMUP_ITERS = 1000  # iterations
+_C.SOLVER.WARMUP_METHOD = "linear"  # linear constant exp
+
+_C.SOLVER.FREEZE_ITERS = 0  # iterations
+_C.SOLVER.CHECKPOINT_PERIOD = 20  # epochs
+# Global batch, split over workers.
+_C.SOLVER.IMS_PER_BATCH = 64
+# (ours, detectron2 meaning) 0 = no automatic scaling to the worker count.
+_C.SOLVER.REFERENCE_WORLD_SIZE = 0
+
+_C.SOLVER.CLIP_GRADIENTS = CN()
+_C.SOLVER.CLIP_GRADIENTS.ENABLED = False
+_C.SOLVER.CLIP_GRADIENTS.CLIP_TYPE = "norm"  # norm or value
+_C.SOLVER.CLIP_GRADIENTS.CLIP_VALUE = 5.0
+_C.SOLVER.CLIP_GRADIENTS.NORM_TYPE = 2.0
+
+# ---------------------------------------------------------------------------- #
+# Test
+# ---------------------------------------------------------------------------- #
+_C.TEST = CN()
+_C.TEST.EVAL_PERIOD = 20  # epochs
+_C.TEST.IMS_PER_BATCH = 64
+_C.TEST.METRIC = "cosine"  # cosine euclidean
+
+_C.TEST.ROC = CN()
+_C.TEST.ROC.ENABLED = False
+
+_C.TEST.FLIP = CN()  # average features of the image and its mirror
+_C.TEST.FLIP.ENABLED = False
+
+_C.TEST.AQE = CN()  # alpha query expansion
+_C.TEST.AQE.ENABLED = False
+_C.TEST.AQE.ALPHA = 3.0
+_C.TEST.AQE.QE_TIME = 1
+_C.TEST.AQE.QE_K = 5
+
+_C.TEST.RERANK = CN()  # k-reciprocal re-ranking
+_C.TEST.RERANK.ENABLED = False
+_C.TEST.RERANK.K1 = 20
+_C.TEST.RERANK.K2 = 6
+_C.TEST.RERANK.LAMBDA = 0.3
+
+_C.TEST.PRECISE_BN = CN()
+_C.TEST.PRECISE_BN.ENABLED = False
+_C.TEST.PRECISE_BN.DATASET = "Market1501"
+_C.TEST.PRECISE_BN.NUM_ITER = 300
+
+# (ours) [[dataset, metric, value, tolerance], ...] checked after training.
+_C.TEST.EXPECTED_RESULTS = []
+
+# ---------------------------------------------------------------------------- #
+# Misc
+# ---------------------------------------------------------------------------- #
+# (ours) >= 0 makes runs repeatable; each worker gets SEED + rank.
+_C.SEED = -1
+_C.CUDNN_BENCHMARK = False
+_C.OUTPUT_DIR = "output"

@@ -1,0 +1,42 @@
+"""Install reid_engine: `pip install -e .` (see README for the pinned environment)."""
+import os
+
+from setuptools import find_packages, setup
+
+
+def _version() -> str:
+    init = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reid_engine", "__init__.py")
+    with open(init, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("__version__"):
+                return line.split("=")[1].strip().strip('"').strip("'")
+    raise RuntimeError("no __version__ in reid_engine/__init__.py")
+
+
+setup(
+    name="reid_engine",
+    version=_version(),
+    description="Training and evaluation of person and vehicle re-identification models",
+    long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(exclude=("tests", "tests.*", "tools", "configs")),
+    install_requires=[
+        "torch>=2.1",
+        "yacs>=0.1.8",
+        "fvcore>=0.1.5",
+        "tensorboardX>=2.5",
+        "Pygments>=2.10",
+        "termcolor>=1.1",
+        "numpy>=1.22",
+        "Pillow>=9.0",
+        "tabulate>=0.8",
+        "PyYAML>=5.1",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "pytest-timeout>=2"],
+        "vis": ["matplotlib>=3.5"],
+        "export": ["onnx>=1.14", "onnxruntime>=1.16"],
+    },
+    entry_points={"console_scripts": ["reid-train=reid_engine.engine.cli:main"]},
+)
