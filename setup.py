@@ -38,5 +38,5 @@ setup(
         "vis": ["matplotlib>=3.5"],
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
     },
-    entry_points={"console_scripts": ["reid-train=reid_engine.engine.cli:main"]},
+    entry_points={"console_scripts": ["reid-train=reid_engine.engine.cli:console_main"]},
 )

@@ -1,0 +1,461 @@
+"""The defaults a training script needs: argument parser, setup, writers, DefaultTrainer.
+
+`DefaultTrainer` wires the ReID pieces together in the usual way; its `build_*`
+classmethods are the override points for research code.
+"""
+import argparse
+import logging
+import os
+import sys
+import weakref
+from collections import OrderedDict
+from typing import Dict, List, Optional
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ..config import CfgNode
+from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
+from ..evaluation import (
+    DatasetEvaluator,
+    DatasetEvaluators,
+    ReidEvaluator,
+    inference_on_dataset,
+    print_csv_format,
+    verify_results,
+)
+from ..modeling import build_model
+from ..solver import build_lr_scheduler, build_optimizer
+from ..utils import comm
+from ..utils.checkpoint import Checkpointer
+from ..utils.collect_env import collect_env_info
+from ..utils.env import seed_all_rng
+from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+from ..utils.file_io import atomic_write_text
+from ..utils.logger import setup_logger
+from . import hooks
+from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
+
+__all__ = [
+    "default_argument_parser",
+    "default_setup",
+    "default_writers",
+    "create_ddp_model",
+    "DefaultTrainer",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentParser:
+    """Build the command-line parser every reid_engine script shares.
+
+    Args:
+        epilog: text shown at the end of `--help`.
+    Returns:
+        argparse.ArgumentParser with --config-file, --resume, --eval-only,
+        --num-gpus, --num-machines, --machine-rank, --dist-url and trailing `opts`.
+    """
+    epilog = epilog or (
+        "Examples:\n"
+        f"  {sys.argv[0]} --config-file cfg.yml --num-gpus 8\n"
+        f"  {sys.argv[0]} --config-file cfg.yml --eval-only MODEL.WEIGHTS output/model_final.pth\n"
+        f"  {sys.argv[0]} --config-file cfg.yml --resume\n"
+        f"  {sys.argv[0]} --config-file cfg.yml --num-gpus 2 MODEL.DEVICE cpu   # 2 CPU workers (gloo)\n"
+    )
+    parser = argparse.ArgumentParser(epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)",
+    )
+    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
+    parser.add_argument(
+        "--num-gpus", type=int, default=1, help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)"
+    )
+    parser.add_argument("--num-machines", type=int, default=1, help="total number of machines")
+    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
+    parser.add_argument(
+        "--dist-url",
+        default=None,
+        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine only); "
+        "default: a local port derived from the user id",
+    )
+    parser.add_argument(
+        "opts",
+        default=None,
+        nargs=argparse.REMAINDER,
+        help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu",
+    )
+    return parser
+
+
+def _highlight(code: str, filename: str) -> str:
+    try:
+        from pygments import highlight
+        from pygments.formatters import Terminal256Formatter
+        from pygments.lexers import Python3Lexer, YamlLexer
+
+        lexer = Python3Lexer() if filename.endswith(".py") else YamlLexer()
+        return highlight(code, lexer, Terminal256Formatter(style="monokai"))
+    except Exception:  # colour is a nicety; never fail setup over it
+        return code
+
+
+def default_setup(cfg: CfgNode, args) -> None:
+    """Prepare a run: output folder, loggers, environment log, config dump, seeds.
+
+    Args:
+        cfg: the full config (it is dumped to OUTPUT_DIR/config.yaml).
+        args: the parsed command-line namespace (needs `config_file`, `eval_only`).
+    """
+    output_dir = cfg.OUTPUT_DIR
+    if comm.is_main_process() and output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+    comm.synchronize()
+    rank = comm.get_rank()
+    setup_logger(output_dir, distributed_rank=rank, name="fvcore")
+    log = setup_logger(output_dir, distributed_rank=rank)
+
+    log.info(f"Rank of current process: {rank}. World size: {comm.get_world_size()}")
+    log.info("Environment info:\n" + collect_env_info())
+    log.info("Command line arguments: " + str(args))
+    config_file = getattr(args, "config_file", "")
+    if config_file:
+        with open(config_file, "r", encoding="utf-8") as f:
+            log.info(f"Contents of args.config_file={config_file}:\n{_highlight(f.read(), config_file)}")
+    log.info("Running with full config:\n" + _highlight(cfg.dump(), ".yaml"))
+    if comm.is_main_process() and output_dir:
+        path = os.path.join(output_dir, "config.yaml")
+        atomic_write_text(path, cfg.dump())
+        log.info(f"Full config saved to {os.path.abspath(path)}")
+
+    seed = cfg.SEED
+    seed_all_rng(None if seed < 0 else seed + rank)
+    if not getattr(args, "eval_only", False):
+        torch.backends.cudnn.benchmark = cfg.CUDNN_BENCHMARK
+
+
+def default_writers(output_dir: str, max_iter: Optional[int] = None) -> list:
+    """The default event writers: console printer, metrics.json and tensorboard.
+
+    Args:
+        output_dir: folder for metrics.json and the tensorboard event file.
+        max_iter: total iterations (for the ETA).
+    Returns:
+        list of EventWriter.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    return [
+        CommonMetricPrinter(max_iter),
+        JSONWriter(os.path.join(output_dir, "metrics.json")),
+        TensorboardXWriter(output_dir),
+    ]
+
+
+def create_ddp_model(model: torch.nn.Module, *, broadcast_buffers: bool = False, **kwargs) -> torch.nn.Module:
+    """Wrap a model in DistributedDataParallel when the world size is above 1.
+
+    Args:
+        model: the model (already on its device).
+        broadcast_buffers: DDP's flag; BN statistics stay per worker by default.
+    Returns:
+        the DDP-wrapped model, or the model itself in a single-process run.
+    """
+    if comm.get_world_size() == 1:
+        return model
+    if "device_ids" not in kwargs and next(model.parameters()).device.type == "cuda":
+        kwargs["device_ids"] = [comm.get_local_rank()]
+    return DistributedDataParallel(model, broadcast_buffers=broadcast_buffers, **kwargs)
+
+
+class DefaultTrainer(TrainerBase):
+    """A trainer with the standard ReID training logic.
+
+    It builds the train loader, fills MODEL.HEADS.NUM_CLASSES from the training set,
+    builds model, optimizer, LR scheduler (epochs converted to iterations), checkpointer
+    and the default hooks, and wraps the model in DDP for several workers. Override the
+    `build_*` classmethods to change a piece; subclass `build_hooks` to add hooks.
+
+    Example:
+        trainer = DefaultTrainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        trainer.train()
+    """
+
+    def __init__(self, cfg: CfgNode):
+        super().__init__()
+        root_logger = logging.getLogger("reid_engine")
+        if not root_logger.isEnabledFor(logging.INFO):
+            setup_logger()
+        cfg = self.auto_scale_workers(cfg, comm.get_world_size())
+
+        data_loader = self.build_train_loader(cfg)
+        cfg = self.auto_scale_hyperparams(cfg, data_loader.dataset.num_classes)
+        model = self.build_model(cfg)
+        optimizer = self.build_optimizer(cfg, model)
+        model = create_ddp_model(model)
+        if model_device(model).type == "cuda":
+            data_loader = DevicePrefetcher(data_loader, model_device(model))
+
+        trainer_cls = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
+        trainer_kwargs = {}
+        if cfg.SOLVER.AMP.ENABLED:
+            trainer_kwargs["precision"] = getattr(torch, cfg.SOLVER.AMP.PRECISION)
+        self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
+
+        self.iters_per_epoch = self.compute_iters_per_epoch(cfg, len(data_loader.dataset))
+        self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.iters_per_epoch)
+        # The trainer's whole state (iteration, optimizer, scheduler via its hook,
+        # scaler, hook states, RNG, data stream, event histories) is one checkpointable.
+        self.checkpointer = Checkpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
+        self.start_iter = 0
+        self.max_iter = cfg.SOLVER.MAX_EPOCH * self.iters_per_epoch
+        self.cfg = cfg
+        self.register_hooks(self.build_hooks())
+
+    # ------------------------------------------------------------------ state
+    def resume_or_load(self, resume: bool = True) -> None:
+        """Resume from OUTPUT_DIR/last_checkpoint, or load MODEL.WEIGHTS.
+
+        Args:
+            resume: with a `last_checkpoint` present, restore model, optimizer,
+                scheduler, scaler, hook states, RNG, data stream and iteration and
+                continue at the next iteration (MODEL.WEIGHTS is then ignored).
+                Otherwise only MODEL.WEIGHTS (when set) is loaded and training
+                starts at iteration 0.
+        """
+        self.checkpointer.resume_or_load(self.cfg.MODEL.WEIGHTS, resume=resume)
+        if resume and self.checkpointer.has_checkpoint():
+            self.start_iter = self.iter + 1
+
+    def state_dict(self) -> dict:
+        ret = super().state_dict()
+        ret["_trainer"] = self._trainer.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._trainer.load_state_dict(state_dict["_trainer"])
+
+    # ------------------------------------------------------------------ loop
+    @property
+    def model(self):
+        return self._trainer.model
+
+    @property
+    def optimizer(self):
+        return self._trainer.optimizer
+
+    @property
+    def data_loader(self):
+        return self._trainer.data_loader
+
+    def run_step(self) -> None:
+        self._trainer.iter = self.iter
+        self._trainer.run_step()
+
+    def train(self) -> Optional[Dict]:
+        """Train from `start_iter` to `max_iter`; verify TEST.EXPECTED_RESULTS.
+
+        Returns:
+            the last evaluation results on the main process (else None).
+        """
+        super().train(self.start_iter, self.max_iter)
+        results = getattr(self, "_last_eval_results", None)
+        if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():
+            if results is None:
+                raise RuntimeError("TEST.EXPECTED_RESULTS is set but no evaluation ran during training.")
+            verify_results(self.cfg, results)
+        return results
+
+    def build_hooks(self) -> List[hooks.HookBase]:
+        """The default hooks, in order: timer, LR scheduler, PreciseBN, LayerFreeze,
+        evaluation, best checkpoint, writers, periodic checkpoints.
+
+        The periodic checkpoint comes last so that the state it saves already holds
+        this iteration's evaluation and best metric, and writers run before it so a
+        crash between the two repeats a metrics line rather than losing one.
+
+        Returns:
+            list of hooks (None entries are dropped by register_hooks).
+        """
+        cfg = self.cfg.clone()
+        cfg.defrost()
+        ipe = self.iters_per_epoch
+        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler()]
+
+        if cfg.TEST.PRECISE_BN.ENABLED:
+            ret.append(
+                hooks.PreciseBN(
+                    cfg.TEST.EVAL_PERIOD * ipe,
+                    self.model,
+                    self.build_precise_bn_loader(cfg),
+                    cfg.TEST.PRECISE_BN.NUM_ITER,
+                )
+            )
+        if cfg.SOLVER.FREEZE_ITERS > 0 and len(cfg.MODEL.FREEZE_LAYERS) > 0:
+            ret.append(hooks.LayerFreeze(self.model, cfg.MODEL.FREEZE_LAYERS, cfg.SOLVER.FREEZE_ITERS))
+
+        def test_and_save_results():
+            self._last_eval_results = self.test(self.cfg, self.model)
+            return self._last_eval_results
+
+        eval_period = cfg.TEST.EVAL_PERIOD * ipe
+        ret.append(hooks.EvalHook(eval_period, test_and_save_results))
+        if comm.is_main_process() and len(cfg.DATASETS.TESTS) > 0:
+            ret.append(
+                hooks.BestCheckpointer(eval_period, self.checkpointer, f"{cfg.DATASETS.TESTS[0]}/metric", "max")
+            )
+        if comm.is_main_process():
+            ret.append(hooks.PeriodicWriter(self.build_writers(), period=20))
+            ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe))
+        return ret
+
+    def build_writers(self) -> list:
+        """The event writers (console, metrics.json, tensorboard)."""
+        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter)
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def build_model(cls, cfg: CfgNode) -> torch.nn.Module:
+        """Build the model from MODEL.* (override to use your own)."""
+        return build_model(cfg)
+
+    @classmethod
+    def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """Build the optimizer from SOLVER.*."""
+        return build_optimizer(cfg, model)
+
+    @classmethod
+    def build_lr_scheduler(cls, cfg: CfgNode, optimizer, iters_per_epoch: int):
+        """Build the per-iteration LR scheduler from SOLVER.*."""
+        return build_lr_scheduler(cfg, optimizer, iters_per_epoch)
+
+    @classmethod
+    def build_train_loader(cls, cfg: CfgNode):
+        """Build the training loader over DATASETS.NAMES."""
+        logger.info("Prepare training set")
+        return build_reid_train_loader(cfg)
+
+    @classmethod
+    def build_precise_bn_loader(cls, cfg: CfgNode):
+        """A training-style loader over TEST.PRECISE_BN.DATASET for PreciseBN."""
+        cfg = cfg.clone()
+        cfg.defrost()
+        cfg.DATASETS.NAMES = (cfg.TEST.PRECISE_BN.DATASET,)
+        return build_reid_train_loader(cfg)
+
+    @classmethod
+    def build_test_loader(cls, cfg: CfgNode, dataset_name: str):
+        """Build the test loader of one test set; returns (loader, num_query)."""
+        return build_reid_test_loader(cfg, dataset_name)
+
+    @classmethod
+    def build_evaluator(cls, cfg: CfgNode, dataset_name: str, num_query: int, output_dir=None) -> DatasetEvaluator:
+        """Build the evaluator of one test set."""
+        return ReidEvaluator(cfg, num_query, output_dir)
+
+    @classmethod
+    def test(cls, cfg: CfgNode, model, evaluators=None) -> "OrderedDict[str, Dict[str, float]]":
+        """Evaluate `model` on every DATASETS.TESTS set, one by one.
+
+        Args:
+            cfg: the config.
+            model: the model (DDP-wrapped or not).
+            evaluators: None to build ReidEvaluators, or one evaluator (or list) per set.
+        Returns:
+            OrderedDict {dataset name: {metric: value}} (empty on non-main workers).
+        """
+        if isinstance(evaluators, DatasetEvaluator):
+            evaluators = [evaluators]
+        if evaluators is not None and len(cfg.DATASETS.TESTS) != len(evaluators):
+            raise ValueError(f"{len(cfg.DATASETS.TESTS)} test sets but {len(evaluators)} evaluators were given.")
+        results = OrderedDict()
+        for idx, dataset_name in enumerate(cfg.DATASETS.TESTS):
+            logger.info(f"Prepare testing set {dataset_name}")
+            data_loader, num_query = cls.build_test_loader(cfg, dataset_name)
+            evaluator = evaluators[idx] if evaluators is not None else cls.build_evaluator(cfg, dataset_name, num_query)
+            results_i = inference_on_dataset(model, data_loader, evaluator, flip_test=cfg.TEST.FLIP.ENABLED)
+            if comm.is_main_process():
+                if not isinstance(results_i, dict):
+                    raise TypeError(f"Evaluator must return a dict on the main process, got {results_i!r}.")
+                logger.info(f"Evaluation results of {dataset_name} in csv format:")
+                print_csv_format({dataset_name: results_i} if _is_flat(results_i) else results_i)
+                results[dataset_name] = results_i
+        return results
+
+    # ------------------------------------------------------------------ scaling
+    @staticmethod
+    def compute_iters_per_epoch(cfg: CfgNode, num_train_images: int) -> int:
+        """Iterations per epoch: training images // global batch (at least 1)."""
+        return max(1, num_train_images // cfg.SOLVER.IMS_PER_BATCH)
+
+    @staticmethod
+    def auto_scale_hyperparams(cfg: CfgNode, num_classes: int) -> CfgNode:
+        """Fill MODEL.HEADS.NUM_CLASSES from the training set (when left at 0).
+
+        Args:
+            cfg: the config (not modified).
+            num_classes: identities in the (merged) training set.
+        Returns:
+            a frozen copy of the config with NUM_CLASSES set.
+        """
+        cfg = cfg.clone()
+        frozen = cfg.is_frozen()
+        cfg.defrost()
+        if cfg.MODEL.HEADS.NUM_CLASSES > 0 and cfg.MODEL.HEADS.NUM_CLASSES != num_classes:
+            logger.warning(
+                f"MODEL.HEADS.NUM_CLASSES = {cfg.MODEL.HEADS.NUM_CLASSES} in the config, but the training set "
+                f"has {num_classes} identities; using {num_classes}."
+            )
+        cfg.MODEL.HEADS.NUM_CLASSES = num_classes
+        logger.info(f"Auto-scaling the config: MODEL.HEADS.NUM_CLASSES = {num_classes}")
+        if frozen:
+            cfg.freeze()
+        return cfg
+
+    @staticmethod
+    def auto_scale_workers(cfg: CfgNode, num_workers: int) -> CfgNode:
+        """Scale batch size, LR and iteration-counted keys to the number of workers.
+
+        With SOLVER.REFERENCE_WORLD_SIZE > 0 and != num_workers, IMS_PER_BATCH and
+        BASE_LR are multiplied by num_workers / reference, and keys counted in
+        iterations (WARMUP_ITERS, FREEZE_ITERS) are divided by it; keys counted in
+        epochs stay, since an epoch then has fewer iterations by itself.
+
+        Args:
+            cfg: the config (not modified).
+            num_workers: the actual world size.
+        Returns:
+            the same config when nothing changes, else a scaled copy.
+        """
+        old_world_size = cfg.SOLVER.REFERENCE_WORLD_SIZE
+        if old_world_size == 0 or old_world_size == num_workers:
+            return cfg
+        cfg = cfg.clone()
+        frozen = cfg.is_frozen()
+        cfg.defrost()
+        scale = num_workers / old_world_size
+        bs = cfg.SOLVER.IMS_PER_BATCH = int(round(cfg.SOLVER.IMS_PER_BATCH * scale))
+        lr = cfg.SOLVER.BASE_LR = cfg.SOLVER.BASE_LR * scale
+        warmup = cfg.SOLVER.WARMUP_ITERS = int(round(cfg.SOLVER.WARMUP_ITERS / scale))
+        freeze = cfg.SOLVER.FREEZE_ITERS = int(round(cfg.SOLVER.FREEZE_ITERS / scale))
+        cfg.SOLVER.REFERENCE_WORLD_SIZE = num_workers
+        logger.info(
+            f"Auto-scaling the config to {num_workers} workers (reference {old_world_size}): "
+            f"IMS_PER_BATCH={bs}, BASE_LR={lr}, WARMUP_ITERS={warmup}, FREEZE_ITERS={freeze}."
+        )
+        if frozen:
+            cfg.freeze()
+        return cfg
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a (possibly DDP-wrapped) model's first parameter."""
+    return next(model.parameters()).device
+
+
+def _is_flat(results: dict) -> bool:
+    return all(not isinstance(v, dict) for v in results.values())
