@@ -1,0 +1,357 @@
+"""Train / test loader builders, batch collation and the device prefetcher.
+
+The path of a training batch: the sampler (main process) yields indices; a batch sampler tags
+each with ``(stream seed, rank, position)``; a worker decodes and augments every sample with
+a generator seeded from that tag; the collate stacks the batch (and applies batch ops with a
+generator seeded from the first tag). Nothing random depends on the worker process, so the
+stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any batch.
+"""
+
+import logging
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, default_collate
+
+from reid_engine.utils import comm
+
+from .common import ImageItemSet, TrainImageSet, sample_rng
+from .datasets import get_dataset, merge_train_sets, resolve_data_root
+from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
+from .transforms import build_transforms
+
+__all__ = ["build_reid_train_loader", "build_reid_test_loader", "TrainLoader",
+           "DevicePrefetcher", "collate_samples"]
+
+logger = logging.getLogger(__name__)
+
+
+def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Stack sample dicts into ``{"images": uint8 (B, 3, H, W), "targets": int64 (B,),
+    "camids": int64 (B,), "img_paths": list[str]}``.
+
+    Raises:
+        ValueError: the images of the batch differ in size (one line naming the fix).
+    """
+    images = [s["image"] for s in samples]
+    if any(img.shape != images[0].shape for img in images):
+        sizes = sorted({tuple(img.shape[1:]) for img in images})
+        raise ValueError(f"images of one batch have different sizes {sizes}; set "
+                         f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
+    return {
+        # default_collate stacks into shared memory inside a worker, saving one copy.
+        "images": default_collate(images),
+        "targets": torch.tensor([s["target"] for s in samples], dtype=torch.int64),
+        "camids": torch.tensor([s["camid"] for s in samples], dtype=torch.int64),
+        "img_paths": [s["img_path"] for s in samples],
+    }
+
+
+class TrainCollator:
+    """Collate training samples, then apply the pipeline's batch ops (e.g. random patch).
+
+    Args:
+        pipeline: the training :class:`AugmentationPipeline`.
+    """
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+
+    def __call__(self, samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        batch = collate_samples(samples)
+        if self.pipeline.batch_ops:
+            rng = sample_rng(*samples[0]["stream_key"], purpose=2)
+            batch["images"] = self.pipeline.apply_batch(batch["images"], rng)
+        return batch
+
+
+class StreamBatchSampler:
+    """Group a training sampler's indices into batches of ``(index, (seed, rank, position))``.
+
+    Positions count from ``sampler.start``, so a resumed sampler tags samples exactly as the
+    uninterrupted stream did.
+
+    Args:
+        sampler: an :class:`InfiniteSampler`.
+        batch_size: samples per batch on this rank.
+    """
+
+    def __init__(self, sampler: InfiniteSampler, batch_size: int):
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+
+    def __iter__(self) -> Iterator[List[Tuple[int, Tuple[int, int, int]]]]:
+        seed, rank, position = self.sampler.seed, self.sampler.rank, self.sampler.start
+        batch = []
+        for index in self.sampler:
+            batch.append((index, (seed, rank, position)))
+            position += 1
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+
+
+def _worker_init(worker_id: int) -> None:
+    # Workers each run one image at a time: extra intra-op threads would only oversubscribe.
+    torch.set_num_threads(1)
+
+
+def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
+    """DataLoader arguments shared by the train and test loaders."""
+    if num_workers < 0:
+        raise ValueError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
+    kwargs: Dict[str, Any] = {"num_workers": num_workers,
+                              "pin_memory": torch.cuda.is_available()}
+    if num_workers > 0:
+        kwargs["worker_init_fn"] = _worker_init
+    return kwargs
+
+
+class TrainLoader:
+    """An endless iterable of training batches that can be checkpointed and resumed.
+
+    Attributes:
+        dataset: the :class:`TrainImageSet` (``num_classes``, ``num_cameras``, ``len``).
+        sampler: the training sampler.
+        batch_size: samples per batch on this rank.
+
+    Args:
+        dataset: the training dataset.
+        sampler: the training sampler (its ``seed`` is the stream seed).
+        batch_size: samples per batch on this rank.
+        collate: the collate function.
+        num_workers: loader worker processes (0 = decode in the main process).
+    """
+
+    def __init__(self, dataset: TrainImageSet, sampler: InfiniteSampler, batch_size: int,
+                 collate, num_workers: int = 0):
+        self.dataset = dataset
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+        self.collate = collate
+        self.num_workers = int(num_workers)
+        self._num_batches = 0  # batches handed to the caller
+        self._iterator: Optional[Iterator] = None
+
+    def _make_iterator(self) -> Iterator:
+        self.sampler.set_start(self._num_batches * self.batch_size)
+        kwargs = _loader_kwargs(self.num_workers)
+        if self.num_workers > 0:
+            kwargs["persistent_workers"] = True
+        loader = DataLoader(self.dataset, batch_sampler=StreamBatchSampler(self.sampler,
+                                                                           self.batch_size),
+                            collate_fn=self.collate, **kwargs)
+        return iter(loader)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # All iterators share one underlying stream: a second iter() continues it.
+        if self._iterator is None:
+            self._iterator = self._make_iterator()
+        while True:
+            try:
+                batch = next(self._iterator)
+            except BaseException:
+                # Stop the workers now: left to the garbage collector (the traceback holds
+                # the iterator in a cycle) their shutdown can stall for seconds.
+                self.close()
+                raise
+            self._num_batches += 1
+            yield batch
+
+    def state_dict(self) -> Dict[str, int]:
+        """Return ``{"seed", "num_batches", "batch_size"}``: the stream and how far the caller
+        has read it (batches read ahead by workers are not counted)."""
+        return {"seed": self.sampler.seed, "num_batches": self._num_batches,
+                "batch_size": self.batch_size}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        """Continue the stream saved by :meth:`state_dict` (call before iterating).
+
+        Raises:
+            RuntimeError: the loader has already started.
+            ValueError: the saved per-worker batch size differs from this loader's.
+        """
+        if self._iterator is not None:
+            raise RuntimeError("TrainLoader.load_state_dict must be called before iterating "
+                               "the loader; load the checkpoint first, then start training")
+        if int(state["batch_size"]) != self.batch_size:
+            raise ValueError(
+                f"the checkpoint's loader used {state['batch_size']} images per worker but this "
+                f"run uses {self.batch_size}; resume with the same SOLVER.IMS_PER_BATCH and "
+                f"number of workers")
+        self.sampler.load_state_dict({"seed": int(state["seed"]), "start": 0})
+        self._num_batches = int(state["num_batches"])
+
+    def close(self) -> None:
+        """Stop the worker processes (a later iteration starts new ones where it left off)."""
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's multi-process iterator
+        if shutdown is not None:
+            shutdown()
+
+
+def _per_worker_batch(total: int, world_size: int, key: str) -> int:
+    """Return ``total // world_size`` or raise a one-line error if it does not divide."""
+    if total < 1 or total % world_size:
+        raise ValueError(f"{key} ({total}) must be a positive multiple of the number of "
+                         f"workers ({world_size})")
+    return total // world_size
+
+
+def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: int,
+                         seed: int) -> InfiniteSampler:
+    """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for."""
+    name = cfg.DATALOADER.SAMPLER_TRAIN
+    if name not in SAMPLER_REGISTRY:
+        known = ", ".join(sorted(n for n, _ in SAMPLER_REGISTRY))
+        raise KeyError(f"unknown DATALOADER.SAMPLER_TRAIN '{name}'; known: {known}")
+    cls = SAMPLER_REGISTRY.get(name)
+    available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": set_ids,
+                 "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
+    extra = {k: available[k] for k in cls.extra_args}
+    k = cfg.DATALOADER.NUM_INSTANCE
+    if "num_instances" in extra and (k < 1 or batch_size % k):
+        raise ValueError(
+            f"{name}: SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) gives {batch_size} "
+            f"images per worker, which must be a positive multiple of DATALOADER.NUM_INSTANCE "
+            f"({k}); change one of them")
+    return cls(items, batch_size, seed=seed, rank=comm.get_rank(),
+               world_size=comm.get_world_size(), **extra)
+
+
+def build_reid_train_loader(cfg) -> TrainLoader:
+    """Build the endless training loader over ``DATASETS.NAMES`` (merged).
+
+    Reads DATASETS.NAMES / ROOT / COMBINEALL, DATALOADER.*, SOLVER.IMS_PER_BATCH and SEED.
+    The stream seed is ``SEED`` when >= 0, else a random seed shared by all ranks; it is part
+    of the loader's state, so a resumed run continues the same stream.
+
+    Args:
+        cfg: the config.
+    Returns:
+        A :class:`TrainLoader` yielding ``{"images", "targets", "camids", "img_paths"}``.
+    """
+    root = resolve_data_root(cfg.DATASETS.ROOT)
+    names = list(cfg.DATASETS.NAMES)
+    if not names:
+        raise ValueError("DATASETS.NAMES is empty; name at least one training set")
+    datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL) for name in names]
+    items, num_classes, num_cameras = merge_train_sets(datasets)
+    if not items:
+        raise ValueError(f"the training split of {names} is empty; check the dataset folders "
+                         f"under the data root '{root}'")
+    # merge_train_sets keeps dataset order, so each item's set follows from the set sizes.
+    sizes = [len(ds.train) for ds in datasets]
+    set_ids = np.repeat(np.arange(len(sizes)), sizes) if sum(sizes) == len(items) else None
+    batch_size = _per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(),
+                                   "SOLVER.IMS_PER_BATCH")
+    seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
+    sampler = _build_train_sampler(cfg, items, set_ids, batch_size, seed)
+    pipeline = build_transforms(cfg, is_train=True)
+    dataset = TrainImageSet(items, pipeline, num_classes, num_cameras)
+    logger.info("Train loader: %d images, %d ids, %d cameras from %s; %s, %d images per batch "
+                "per worker, %d loader workers, stream seed %d", len(items), num_classes,
+                num_cameras, ", ".join(names), type(sampler).__name__, batch_size,
+                cfg.DATALOADER.NUM_WORKERS, seed)
+    return TrainLoader(dataset, sampler, batch_size, TrainCollator(pipeline),
+                       num_workers=cfg.DATALOADER.NUM_WORKERS)
+
+
+def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
+    """Build the evaluation loader of one test set: query images first, then gallery.
+
+    Each rank gets a contiguous :class:`InferenceSampler` shard; batches of
+    ``TEST.IMS_PER_BATCH // world size`` (at least 1) images with the test transforms.
+
+    Args:
+        cfg: the config (DATASETS.ROOT, TEST.IMS_PER_BATCH, DATALOADER.NUM_WORKERS, INPUT.*).
+        dataset_name: the test set, as written in DATASETS.TESTS.
+    Returns:
+        ``(loader, num_query)``.
+    """
+    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT))
+    items = list(dataset.query) + list(dataset.gallery)
+    if not dataset.query or not dataset.gallery:
+        raise ValueError(f"{dataset_name}: the query or gallery split is empty; check its "
+                         f"folders under the data root")
+    batch_size = max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
+    sampler = InferenceSampler(len(items))
+    # Test loaders run now and then; non-persistent workers free their memory in between.
+    loader = DataLoader(ImageItemSet(items, build_transforms(cfg, is_train=False)),
+                        batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
+                        collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
+    return loader, len(dataset.query)
+
+
+def _to_device(batch: Dict[str, Any], device: torch.device, non_blocking: bool) -> Dict[str, Any]:
+    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()}
+
+
+class DevicePrefetcher:
+    """Iterate a loader's dict batches with their tensors already on ``device``, one batch ahead.
+
+    On CUDA the copy of the next batch runs on a side stream (non-blocking, from pinned
+    memory) while the current batch is used; on CPU it is a plain pass-through. With a
+    resumable loader, :meth:`state_dict` counts only the batches handed to the caller.
+
+    Args:
+        loader: an iterable of dict batches (a :class:`TrainLoader` or a DataLoader).
+        device: the target device.
+    """
+
+    def __init__(self, loader, device):
+        self.loader = loader
+        self.device = torch.device(device)
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._pending = 0  # batches fetched from the loader but not yet handed out
+
+    @property
+    def dataset(self):
+        """The wrapped loader's dataset."""
+        return self.loader.dataset
+
+    def _fetch(self, iterator: Iterator) -> Optional[Dict[str, Any]]:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return None
+        if self._stream is None:
+            return _to_device(batch, self.device, non_blocking=False)
+        with torch.cuda.stream(self._stream):
+            return _to_device(batch, self.device, non_blocking=True)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        iterator = iter(self.loader)
+        ahead = self._fetch(iterator)
+        while ahead is not None:
+            self._pending = 1
+            if self._stream is not None:
+                current = torch.cuda.current_stream(self.device)
+                current.wait_stream(self._stream)
+                for value in ahead.values():
+                    if isinstance(value, torch.Tensor):
+                        value.record_stream(current)  # the side stream must not reuse it early
+            batch, ahead = ahead, self._fetch(iterator)
+            self._pending = 0 if ahead is None else 1
+            yield batch
+
+    # Properties that raise AttributeError keep hasattr(prefetcher, "state_dict") equal to
+    # hasattr(loader, "state_dict"), so callers can test for resumability the usual way.
+    @property
+    def state_dict(self):
+        """``loader.state_dict`` corrected for the batch held ahead (resumable loaders only)."""
+        if not hasattr(self.loader, "state_dict"):
+            raise AttributeError(f"{type(self.loader).__name__} has no state_dict")
+        return self._state_dict
+
+    @property
+    def load_state_dict(self):
+        """``loader.load_state_dict`` (resumable loaders only)."""
+        return self.loader.load_state_dict
+
+    def _state_dict(self) -> Dict[str, int]:
+        state = dict(self.loader.state_dict())
+        state["num_batches"] -= self._pending
+        return state
