@@ -20,6 +20,12 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str, write_fn: Callable[[IO[bytes]], None]) -> None:
     """Write a file atomically: temporary file in the same folder, fsync, rename.
 
@@ -35,6 +41,7 @@ def atomic_write(path: str, write_fn: Callable[[IO[bytes]], None]) -> None:
             write_fn(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file normal permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
