@@ -1,0 +1,421 @@
+"""The iteration-based training loop: hooks, the generic trainer and the standard
+single-optimizer trainers (plain and mixed precision)."""
+
+import contextlib
+import logging
+import time
+import weakref
+from typing import Dict, Iterable, List, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..utils import comm
+from ..utils.env import get_rng_states, set_rng_states
+from ..utils.events import EventStorage, get_event_storage
+
+__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer"]
+
+logger = logging.getLogger(__name__)
+
+
+class HookBase:
+    """Base class of the hooks a :class:`TrainerBase` calls around each iteration.
+
+    ``self.trainer`` is set by :meth:`TrainerBase.register_hooks` to a weak proxy of
+    the trainer. Order of calls::
+
+        before_train()
+        for iter in range(start_iter, max_iter):
+            before_step(); trainer.run_step() (calls after_backward()); after_step()
+        after_train()   # also when a step raised
+
+    ``before_step`` must be cheap; slow work belongs in ``after_step``.
+    """
+
+    trainer: "TrainerBase" = None
+
+    def before_train(self) -> None:
+        """Called once before the first iteration."""
+
+    def after_train(self) -> None:
+        """Called once after the last iteration, or after a failed one."""
+
+    def before_step(self) -> None:
+        """Called before each iteration."""
+
+    def after_backward(self) -> None:
+        """Called after the backward pass of each iteration, before the optimizer step."""
+
+    def after_step(self) -> None:
+        """Called after each iteration."""
+
+    def state_dict(self) -> dict:
+        """Return the hook's state for checkpoints; ``{}`` means stateless."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+
+
+class TrainerBase:
+    """A trainer with hooks: runs ``run_step`` from ``start_iter`` to ``max_iter``.
+
+    Attributes:
+        iter: the current iteration (``max_iter`` once training completed).
+        start_iter, max_iter: the range of the current/last ``train`` call.
+        storage: the :class:`EventStorage` opened during training.
+    """
+
+    def __init__(self) -> None:
+        self._hooks: List[HookBase] = []
+        self.iter: int = 0
+        self.start_iter: int = 0
+        self.max_iter: int = 0
+        self.storage: Optional[EventStorage] = None
+        self._pending_storage_state: Optional[dict] = None
+        self._training = False  # inside train(): self.storage is the open storage
+
+    def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
+        """Append hooks (called in this order); None entries are dropped.
+
+        Each hook gets ``hook.trainer``, a weak proxy of this trainer, so hooks never
+        keep it alive (no reference cycle).
+        """
+        hooks = [h for h in hooks if h is not None]
+        for h in hooks:
+            if not isinstance(h, HookBase):
+                raise TypeError(f"register_hooks expects HookBase instances, got {type(h).__name__}")
+            h.trainer = weakref.proxy(self)
+        self._hooks.extend(hooks)
+
+    def train(self, start_iter: int, max_iter: int) -> None:
+        """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks.
+
+        Raises:
+            ValueError: when ``start_iter >= max_iter``.
+        """
+        start_iter, max_iter = int(start_iter), int(max_iter)
+        if start_iter >= max_iter:
+            raise ValueError(
+                f"nothing to train: start_iter {start_iter} >= max_iter {max_iter} (the run is "
+                "already complete; increase the schedule length or start without --resume)"
+            )
+        logger.info(f"Starting training from iteration {start_iter}")
+        self.iter = self.start_iter = start_iter
+        self.max_iter = max_iter
+        with EventStorage(start_iter) as self.storage:
+            if self._pending_storage_state is not None:
+                self.storage.load_state_dict(self._pending_storage_state)
+                self._pending_storage_state = None
+            self._training = True
+            try:
+                self.before_train()
+                for self.iter in range(start_iter, max_iter):
+                    self.before_step()
+                    self.run_step()
+                    self.after_step()
+                # One past the last step, so hooks can tell a completed run from a failed one.
+                self.iter += 1
+            except Exception:
+                logger.exception(f"Exception during training at iteration {self.iter}:")
+                raise
+            finally:
+                try:
+                    self.after_train()
+                finally:
+                    self._training = False
+
+    def before_train(self) -> None:
+        """Call ``before_train`` of every hook."""
+        for h in self._hooks:
+            h.before_train()
+
+    def after_train(self) -> None:
+        """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.after_train()
+
+    def before_step(self) -> None:
+        """Align the storage iteration with the trainer's, then call the hooks."""
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.before_step()
+
+    def after_backward(self) -> None:
+        """Call ``after_backward`` of every hook."""
+        for h in self._hooks:
+            h.after_backward()
+
+    def after_step(self) -> None:
+        """Call ``after_step`` of every hook."""
+        for h in self._hooks:
+            h.after_step()
+
+    def run_step(self) -> None:
+        """Run one iteration; implemented by subclasses."""
+        raise NotImplementedError
+
+    def _hook_state_keys(self) -> List[str]:
+        """One key per hook: its class name, ``Name#2``, ``Name#3`` for repeated classes."""
+        seen: Dict[str, int] = {}
+        keys = []
+        for h in self._hooks:
+            name = type(h).__qualname__
+            seen[name] = seen.get(name, 0) + 1
+            keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        return keys
+
+    def state_dict(self) -> dict:
+        """Return ``{"iteration", "hooks": {ClassName: state}, "storage"}`` (stateless
+        hooks are left out; ``storage`` only while or after training)."""
+        ret: dict = {"iteration": self.iter}
+        hooks_state = {}
+        for key, h in zip(self._hook_state_keys(), self._hooks):
+            state = h.state_dict()
+            if state:
+                hooks_state[key] = state
+        ret["hooks"] = hooks_state
+        if self._pending_storage_state is not None:  # loaded but training not started yet
+            ret["storage"] = self._pending_storage_state
+        elif self.storage is not None:
+            ret["storage"] = self.storage.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore iteration, hook states (warning about unknown ones) and the event
+        histories (applied when ``train`` opens its storage)."""
+        self.iter = int(state_dict["iteration"])
+        hooks_by_key = dict(zip(self._hook_state_keys(), self._hooks))
+        for key, value in state_dict.get("hooks", {}).items():
+            hook = hooks_by_key.get(key)
+            if hook is None:
+                logger.warning(f"Cannot find the hook '{key}' in this trainer: its saved state is ignored")
+                continue
+            hook.load_state_dict(value)
+        storage_state = state_dict.get("storage")
+        if storage_state is not None:
+            if self._training:
+                self.storage.load_state_dict(storage_state)
+            else:
+                self._pending_storage_state = storage_state
+
+
+def _model_device_type(model: nn.Module) -> str:
+    """Device type ("cpu", "cuda") of the model's first parameter or buffer."""
+    for tensor in model.parameters():
+        return tensor.device.type
+    for tensor in model.buffers():
+        return tensor.device.type
+    return "cpu"
+
+
+class SimpleTrainer(TrainerBase):
+    """Trainer for the common case: one model returning a dict of losses, one data
+    loader, one optimizer.
+
+    Each step: load a batch (timed as ``data_time``), ``loss_dict = model(batch)``,
+    sum, check it is finite, zero_grad, backward, ``after_backward`` hooks, write
+    metrics, ``optimizer.step()``.
+    """
+
+    def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
+                 gather_metric_period: int = 1, zero_grad_before_forward: bool = False):
+        """
+        Args:
+            model: returns a dict of scalar loss tensors (or one loss tensor) for a
+                batch in training mode; may be DDP-wrapped.
+            data_loader: an iterable of batches (infinite for iteration-based training);
+                its ``state_dict``/``load_state_dict``, when present, are checkpointed.
+            optimizer: a torch optimizer.
+            gather_metric_period: gather and write metrics every this many iterations.
+            zero_grad_before_forward: zero the gradients before the forward pass
+                instead of before the backward pass.
+        """
+        super().__init__()
+        model.train()
+        self.model = model
+        self.data_loader = data_loader
+        self.optimizer = optimizer
+        self.gather_metric_period = int(gather_metric_period)
+        self.zero_grad_before_forward = zero_grad_before_forward
+        self._data_loader_iter_obj = None
+
+    @property
+    def _data_loader_iter(self):
+        # Created on first use so a restored data-loader state applies to the stream.
+        if self._data_loader_iter_obj is None:
+            self._data_loader_iter_obj = iter(self.data_loader)
+        return self._data_loader_iter_obj
+
+    def _autocast(self):
+        """Context manager for the forward pass; plain precision here."""
+        return contextlib.nullcontext()
+
+    def _backward(self, losses: torch.Tensor) -> None:
+        losses.backward()
+
+    def _optimizer_step(self) -> None:
+        self.optimizer.step()
+
+    def run_step(self) -> None:
+        """Run one training iteration."""
+        if not self.model.training:
+            raise RuntimeError("SimpleTrainer: the model is in eval mode; call model.train() before training")
+        start = time.perf_counter()
+        data = next(self._data_loader_iter)
+        data_time = time.perf_counter() - start
+
+        if self.zero_grad_before_forward:
+            self.optimizer.zero_grad()
+        with self._autocast():
+            loss_dict = self.model(data)
+            if isinstance(loss_dict, torch.Tensor):
+                loss_dict = {"total_loss": loss_dict}
+            if not isinstance(loss_dict, Mapping) or not loss_dict:
+                raise TypeError(f"the model must return a non-empty dict of losses in training, got {type(loss_dict).__name__}")
+            losses = sum(loss_dict.values())
+        self._check_finite(losses, loss_dict)
+        if not self.zero_grad_before_forward:
+            self.optimizer.zero_grad()
+        self._backward(losses)
+        self.after_backward()
+        if (self.iter + 1) % self.gather_metric_period == 0:
+            self._write_metrics(loss_dict, data_time)
+        self._optimizer_step()
+
+    def _check_finite(self, losses: torch.Tensor, loss_dict: Mapping[str, torch.Tensor]) -> None:
+        if not torch.isfinite(losses).all():
+            values = ", ".join(f"{k}={float(v.detach().float()):.6g}" for k, v in loss_dict.items())
+            raise FloatingPointError(
+                f"Loss became infinite or NaN at iteration {self.iter}: {values} "
+                "(lower the learning rate or check the data)"
+            )
+
+    def _write_metrics(self, loss_dict: Mapping[str, torch.Tensor], data_time: float, prefix: str = "") -> None:
+        """Gather losses and data time from all workers and write them on the main one."""
+        metrics = {k: float(v.detach().float().cpu()) for k, v in loss_dict.items()}
+        metrics["data_time"] = data_time
+        write_metrics(comm.gather(metrics), prefix)
+
+    def state_dict(self) -> dict:
+        """TrainerBase state plus ``optimizer``, ``rng`` and (if supported) ``data_loader``."""
+        ret = super().state_dict()
+        ret["optimizer"] = self.optimizer.state_dict()
+        ret["rng"] = get_rng_states()
+        if hasattr(self.data_loader, "state_dict"):
+            ret["data_loader"] = self.data_loader.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore what :meth:`state_dict` saved; the data stream restarts from the
+        restored loader state on the next step."""
+        super().load_state_dict(state_dict)
+        if "optimizer" in state_dict:
+            self.optimizer.load_state_dict(state_dict["optimizer"])
+        if "rng" in state_dict:
+            set_rng_states(state_dict["rng"])
+        if "data_loader" in state_dict:
+            if hasattr(self.data_loader, "load_state_dict"):
+                self.data_loader.load_state_dict(state_dict["data_loader"])
+                self._data_loader_iter_obj = None  # the next step iterates the restored stream
+            else:
+                logger.warning("The checkpoint holds a data loader state but this data loader "
+                               "cannot load one: the data stream restarts")
+
+
+def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "") -> None:
+    """Write per-worker metrics gathered on the main process into the event storage.
+
+    ``data_time`` is the max over workers, losses the mean; ``total_loss`` is always
+    written, the individual losses only when there are several. Other ranks (which
+    receive an empty list from ``comm.gather``) write nothing.
+
+    Args:
+        all_metrics: one dict per worker with the loss values and ``data_time``.
+        prefix: prepended to ``total_loss`` (e.g. for a second model).
+    """
+    if not all_metrics:
+        return
+    storage = get_event_storage()
+    storage.put_scalar("data_time", max(m["data_time"] for m in all_metrics))
+    names = [k for k in all_metrics[0] if k != "data_time"]
+    losses = {k: float(np.mean([m[k] for m in all_metrics])) for k in names}
+    storage.put_scalar(f"{prefix}total_loss", sum(losses.values()))
+    if len(losses) > 1:
+        storage.put_scalars(**losses)
+
+
+_PRECISIONS = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+               "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+def _parse_precision(precision: Union[str, torch.dtype]) -> torch.dtype:
+    if isinstance(precision, torch.dtype) and precision in (torch.float16, torch.bfloat16):
+        return precision
+    if isinstance(precision, str) and precision.lower() in _PRECISIONS:
+        return _PRECISIONS[precision.lower()]
+    raise ValueError(f"unsupported AMP precision {precision!r}: use float16 or bfloat16 (SOLVER.AMP.PRECISION)")
+
+
+class AMPTrainer(SimpleTrainer):
+    """SimpleTrainer with automatic mixed precision: autocast on the model's device,
+    gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used."""
+
+    def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
+                 gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
+                 grad_scaler: Optional["torch.amp.GradScaler"] = None,
+                 precision: Union[str, torch.dtype] = torch.float16):
+        """
+        Args:
+            model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward:
+                as for :class:`SimpleTrainer`.
+            grad_scaler: a ``torch.amp.GradScaler`` for float16 (a default one is made).
+            precision: torch.float16 or torch.bfloat16 (or their names).
+        """
+        super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward)
+        self.device_type = _model_device_type(model)
+        self.precision = _parse_precision(precision)
+        if self.device_type == "cpu" and self.precision == torch.float16:
+            logger.warning("AMP float16 is not used on CPU: using bfloat16 autocast instead")
+            self.precision = torch.bfloat16
+        if self.precision == torch.float16:
+            self.grad_scaler = grad_scaler if grad_scaler is not None else torch.amp.GradScaler(self.device_type)
+        else:
+            if grad_scaler is not None:
+                logger.warning("AMP bfloat16 needs no gradient scaling: the given grad_scaler is not used")
+            self.grad_scaler = None
+
+    def _autocast(self):
+        return torch.autocast(self.device_type, dtype=self.precision)
+
+    def _backward(self, losses: torch.Tensor) -> None:
+        if self.grad_scaler is None:
+            losses.backward()
+        else:
+            self.grad_scaler.scale(losses).backward()
+
+    def _optimizer_step(self) -> None:
+        if self.grad_scaler is None:
+            self.optimizer.step()
+        else:
+            self.grad_scaler.step(self.optimizer)
+            self.grad_scaler.update()
+
+    def state_dict(self) -> dict:
+        """SimpleTrainer state plus ``grad_scaler`` (float16 only)."""
+        ret = super().state_dict()
+        if self.grad_scaler is not None:
+            ret["grad_scaler"] = self.grad_scaler.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore the SimpleTrainer state and the gradient scaler."""
+        super().load_state_dict(state_dict)
+        if "grad_scaler" in state_dict:
+            if self.grad_scaler is not None:
+                self.grad_scaler.load_state_dict(state_dict["grad_scaler"])
+            else:
+                logger.info("The checkpoint holds a float16 grad scaler state; bfloat16 needs none: ignored")

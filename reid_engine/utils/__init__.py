@@ -1,0 +1,1 @@
+"""Utilities that know nothing about the layers above them."""

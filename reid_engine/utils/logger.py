@@ -1,0 +1,207 @@
+"""Logging setup (coloured console on the main process, a log file per process) and
+rate-limited logging helpers."""
+
+import atexit
+import functools
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from typing import Optional, Tuple, Union
+
+from termcolor import colored
+
+__all__ = ["setup_logger", "log_first_n", "log_every_n", "log_every_n_seconds"]
+
+_PLAIN_FORMAT = "[%(asctime)s] %(name)s %(levelname)s: %(message)s"
+_DATE_FORMAT = "%m/%d %H:%M:%S"
+# Attribute marking the handlers setup_logger installed, so a second call replaces
+# them instead of adding duplicates.
+_HANDLER_TAG = "_reid_engine_handler"
+
+
+class _ColorfulFormatter(logging.Formatter):
+    """Console formatter: abbreviates the package name and highlights warnings/errors."""
+
+    def __init__(self, *args, root_name: str, abbrev_name: str, **kwargs):
+        self._root_name = root_name + "."
+        self._abbrev_name = abbrev_name + "." if abbrev_name else ""
+        super().__init__(*args, **kwargs)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # A copy: the record is shared with the file handler, which shows the full name.
+        record = logging.makeLogRecord(record.__dict__)
+        if record.name.startswith(self._root_name):
+            record.name = self._abbrev_name + record.name[len(self._root_name):]
+        log = super().formatMessage(record)
+        if record.levelno == logging.WARNING:
+            prefix = colored("WARNING", "red", attrs=["blink"], force_color=True)
+        elif record.levelno >= logging.ERROR:
+            prefix = colored("ERROR", "red", attrs=["blink", "underline"], force_color=True)
+        else:
+            return log
+        return prefix + " " + log
+
+
+def _console_supports_color() -> bool:
+    """Colour a terminal only; NO_COLOR / FORCE_COLOR (https://no-color.org) override."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_log_stream(filename: str):
+    """One append-mode stream per file, shared by every logger writing to it."""
+    stream = open(filename, "a", buffering=1)  # line buffered: logs survive a crash
+    atexit.register(stream.close)
+    return stream
+
+
+def _log_file_path(output: str, distributed_rank: int) -> str:
+    """``output/log.txt`` (or ``output`` itself for a .txt/.log path), ``.rankN`` for N > 0."""
+    filename = output if output.endswith((".txt", ".log")) else os.path.join(output, "log.txt")
+    if distributed_rank > 0:
+        filename = f"{filename}.rank{distributed_rank}"
+    return filename
+
+
+def _replace_handler(logger: logging.Logger, kind: str, handler: Optional[logging.Handler]) -> None:
+    """Remove the handler of ``kind`` a previous setup_logger call added; add ``handler``."""
+    for old in list(logger.handlers):
+        if getattr(old, _HANDLER_TAG, None) == kind:
+            logger.removeHandler(old)
+    if handler is not None:
+        setattr(handler, _HANDLER_TAG, kind)
+        logger.addHandler(handler)
+
+
+def setup_logger(
+    output: Optional[str] = None,
+    distributed_rank: int = 0,
+    *,
+    color: bool = True,
+    name: str = "reid_engine",
+    abbrev_name: Optional[str] = None,
+    enable_propagation: bool = False,
+) -> logging.Logger:
+    """Configure logger ``name`` (by default the package root, so every
+    ``reid_engine.*`` module logger is covered).
+
+    Rank 0 logs to stdout (coloured when ``color`` and stdout is a terminal, or
+    FORCE_COLOR is set); every rank logs to a file.
+    Calling it again replaces the handlers it installed before (never duplicates them).
+
+    Args:
+        output: a directory (logs go to ``output/log.txt``) or a ``.txt``/``.log`` file
+            path; None for no file. Ranks N > 0 write ``<file>.rankN``.
+        distributed_rank: this process's global rank.
+        color: colour the console output (terminals only; warnings/errors highlighted).
+        name: the logger to configure.
+        abbrev_name: shown instead of ``name`` in console records of sub-loggers
+            (defaults to ``name``).
+        enable_propagation: also pass records to the parent (root) logger.
+
+    Returns:
+        The configured logger.
+    """
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = enable_propagation
+    abbrev_name = name if abbrev_name is None else abbrev_name
+    plain_formatter = logging.Formatter(_PLAIN_FORMAT, datefmt=_DATE_FORMAT)
+
+    console = None
+    if distributed_rank == 0:
+        console = logging.StreamHandler(stream=sys.stdout)
+        console.setLevel(logging.DEBUG)
+        if color and _console_supports_color():
+            console.setFormatter(
+                _ColorfulFormatter(
+                    colored("[%(asctime)s %(name)s]: ", "green", force_color=True) + "%(message)s",
+                    datefmt=_DATE_FORMAT,
+                    root_name=name,
+                    abbrev_name=abbrev_name,
+                )
+            )
+        else:
+            console.setFormatter(plain_formatter)
+    _replace_handler(logger, "console", console)
+
+    file_handler = None
+    if output is not None:
+        filename = _log_file_path(output, distributed_rank)
+        os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
+        file_handler = logging.StreamHandler(_cached_log_stream(os.path.abspath(filename)))
+        file_handler.setLevel(logging.DEBUG)
+        file_handler.setFormatter(plain_formatter)
+    _replace_handler(logger, "file", file_handler)
+    return logger
+
+
+# ---- rate-limited logging ------------------------------------------------------------
+_FIRST_N_COUNTER: Counter = Counter()
+_EVERY_N_COUNTER: Counter = Counter()
+_LAST_LOGGED_TIME: dict = {}
+
+
+def _find_caller() -> Tuple[str, Tuple[str, int, str]]:
+    """Return (module name, (file, line, function)) of the first frame outside this file."""
+    frame = sys._getframe(1)
+    this_file = os.path.normcase(os.path.abspath(__file__))
+    while frame is not None:
+        code = frame.f_code
+        if os.path.normcase(os.path.abspath(code.co_filename)) != this_file:
+            module = frame.f_globals.get("__name__", "reid_engine")
+            if module == "__main__":
+                module = "reid_engine"
+            return module, (code.co_filename, frame.f_lineno, code.co_name)
+        frame = frame.f_back
+    return "reid_engine", ("<unknown>", 0, "<unknown>")
+
+
+def log_first_n(lvl: int, msg: str, n: int = 1, *, name: Optional[str] = None,
+                key: Union[str, Tuple[str, ...]] = "caller") -> None:
+    """Log ``msg`` only the first ``n`` times for a given key.
+
+    Args:
+        lvl: logging level.
+        msg: the message.
+        n: how many times to log it.
+        name: logger name; defaults to the caller's module.
+        key: "caller" (count per call site), "message" (per message text), or both
+            as a tuple.
+    """
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys or not set(keys) <= {"caller", "message"}:
+        raise ValueError(f"log_first_n key must be 'caller', 'message' or both, got {key!r}")
+    module, caller = _find_caller()
+    hash_key: tuple = ()
+    if "caller" in keys:
+        hash_key += caller
+    if "message" in keys:
+        hash_key += (msg,)
+    _FIRST_N_COUNTER[hash_key] += 1
+    if _FIRST_N_COUNTER[hash_key] <= n:
+        logging.getLogger(name or module).log(lvl, msg)
+
+
+def log_every_n(lvl: int, msg: str, n: int = 1, *, name: Optional[str] = None) -> None:
+    """Log ``msg`` on the 1st, (n+1)th, (2n+1)th ... call from the same call site."""
+    module, caller = _find_caller()
+    _EVERY_N_COUNTER[caller] += 1
+    if n <= 1 or _EVERY_N_COUNTER[caller] % n == 1:
+        logging.getLogger(name or module).log(lvl, msg)
+
+
+def log_every_n_seconds(lvl: int, msg: str, n: float = 1, *, name: Optional[str] = None) -> None:
+    """Log ``msg`` from a call site at most once every ``n`` seconds."""
+    module, caller = _find_caller()
+    now = time.time()
+    last = _LAST_LOGGED_TIME.get(caller)
+    if last is None or now - last >= n:
+        logging.getLogger(name or module).log(lvl, msg)
+        _LAST_LOGGED_TIME[caller] = now

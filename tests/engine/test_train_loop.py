@@ -1,0 +1,268 @@
+"""TrainerBase loop semantics, SimpleTrainer steps and metrics, state, AMPTrainer on CPU."""
+import gc
+import math
+import weakref
+
+import pytest
+import torch
+
+from reid_engine.engine.train_loop import AMPTrainer, HookBase, SimpleTrainer, write_metrics
+from reid_engine.utils.events import EventStorage
+
+from ._engine_fixtures import (  # noqa: F401 (one_torch_thread: autouse fixture)
+    NoOpTrainer, RecordingHook, ResumableStream, capture_logs, make_trainer, one_torch_thread,
+)
+
+
+def test_loop_order_iterations_and_storage_alignment():
+    trainer = NoOpTrainer()
+    first, second = RecordingHook(), RecordingHook()
+    trainer.register_hooks([first, None, second])
+    assert trainer._hooks == [first, second]
+    with capture_logs() as logs:
+        trainer.train(2, 5)
+    assert "Starting training from iteration 2" in logs.messages
+    assert trainer.iter == 5  # one past the last step after a completed run
+    phases = [c[0] for c in first.calls]
+    assert phases == ["before_train"] + ["before_step", "after_step"] * 3 + ["after_train"]
+    steps = [c for c in first.calls if c[0] in ("before_step", "after_step")]
+    assert all(itr == storage_itr for _, itr, storage_itr in steps)
+    assert [c[1] for c in steps] == [2, 2, 3, 3, 4, 4]
+    assert first.calls[-1] == ("after_train", 5, 5)
+    assert first.calls == second.calls
+
+
+def test_nothing_to_train_is_a_clear_error():
+    trainer = NoOpTrainer()
+    with pytest.raises(ValueError, match=r"nothing to train: start_iter 10 >= max_iter 10"):
+        trainer.train(10, 10)
+
+
+def test_register_hooks_rejects_non_hooks():
+    with pytest.raises(TypeError, match="HookBase"):
+        NoOpTrainer().register_hooks([object()])
+
+
+class _FailAt(HookBase):
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def after_step(self):
+        if self.trainer.iter == self.iteration:
+            raise RuntimeError("boom")
+
+
+def test_after_train_runs_when_a_step_raises_and_the_error_propagates():
+    trainer = NoOpTrainer()
+    recorder = RecordingHook()
+    trainer.register_hooks([recorder, _FailAt(3)])
+    with capture_logs() as logs, pytest.raises(RuntimeError, match="boom"):
+        trainer.train(0, 10)
+    assert recorder.calls[-1] == ("after_train", 3, 3)  # iter stays at the failed step
+    assert any("Exception during training" in m for m in logs.messages)
+
+
+def test_hooks_hold_weak_proxies_so_the_trainer_is_collected():
+    trainer = make_trainer()
+    hook = RecordingHook()
+    trainer.register_hooks([hook])
+    trainer.train(0, 2)
+    assert isinstance(hook.trainer, weakref.ProxyType)
+    ref = weakref.ref(trainer)
+    gc.disable()  # refcounting alone must free it: there is no reference cycle
+    try:
+        del trainer
+        assert ref() is None
+    finally:
+        gc.enable()
+    with pytest.raises(ReferenceError):
+        hook.trainer.iter
+
+
+def test_simple_trainer_updates_the_model_and_calls_after_backward():
+    trainer = make_trainer()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    grads_seen = []
+
+    class GradProbe(HookBase):
+        def after_backward(self):
+            grads_seen.append(all(p.grad is not None for p in self.trainer.model.parameters()))
+
+    trainer.register_hooks([GradProbe()])
+    trainer.train(0, 3)
+    assert grads_seen == [True, True, True]
+    assert all(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_metrics_keys_and_values():
+    trainer = make_trainer(num_losses=2)
+    trainer.train(0, 2)
+    storage = trainer.storage
+    assert set(storage.histories()) == {"data_time", "total_loss", "loss_cls", "loss_reg"}
+    latest = storage.latest()
+    assert latest["total_loss"][0] == pytest.approx(latest["loss_cls"][0] + latest["loss_reg"][0])
+    assert latest["total_loss"][1] == 1
+
+    single = make_trainer(num_losses=1)
+    single.train(0, 2)
+    assert set(single.storage.histories()) == {"data_time", "total_loss"}
+
+    sparse = make_trainer(gather_metric_period=2)
+    sparse.train(0, 5)
+    assert [itr for _, itr in sparse.storage.history("total_loss").values()] == [1, 3]
+
+
+def test_write_metrics_reduces_over_workers():
+    workers = [{"loss_cls": 1.0, "loss_reg": 3.0, "data_time": 0.1},
+               {"loss_cls": 3.0, "loss_reg": 5.0, "data_time": 0.3}]
+    with EventStorage(start_iter=4) as storage:
+        write_metrics(workers)
+        write_metrics([])  # what non-main ranks receive from comm.gather: nothing is written
+    latest = storage.latest()
+    assert latest == {"data_time": (0.3, 4), "total_loss": (6.0, 4), "loss_cls": (2.0, 4), "loss_reg": (4.0, 4)}
+    assert storage.history("total_loss").values() == [(6.0, 4)]
+
+
+def test_nan_loss_raises_naming_the_iteration_and_losses():
+    trainer = make_trainer()
+
+    class PoisonAt(HookBase):
+        def before_step(self):
+            if self.trainer.iter == 2:
+                with torch.no_grad():
+                    self.trainer.model.head.weight.fill_(float("nan"))
+
+    trainer.register_hooks([PoisonAt()])
+    with pytest.raises(FloatingPointError, match=r"iteration 2: loss_cls=nan, loss_reg=nan"):
+        trainer.train(0, 5)
+
+
+def test_model_in_eval_mode_or_bad_output_is_a_clear_error():
+    trainer = make_trainer()
+    trainer.model.eval()
+    with pytest.raises(RuntimeError, match="eval mode"):
+        trainer.train(0, 1)
+
+    class ReturnsList(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, batch):
+            return [self.w.sum()]
+
+    model = ReturnsList()
+    bad = SimpleTrainer(model, ResumableStream(), torch.optim.SGD(model.parameters(), lr=0.1))
+    with pytest.raises(TypeError, match="dict of losses"):
+        bad.train(0, 1)
+
+
+class _Stateful(HookBase):
+    def __init__(self, value=0):
+        self.value = value
+
+    def state_dict(self):
+        return {"value": self.value}
+
+    def load_state_dict(self, state):
+        self.value = state["value"]
+
+
+def test_trainer_state_hooks_keyed_by_class_and_unknown_warns():
+    trainer = NoOpTrainer()
+    trainer.register_hooks([_Stateful(1), RecordingHook(), _Stateful(2)])
+    trainer.train(0, 3)
+    state = trainer.state_dict()
+    assert state["iteration"] == 3
+    assert state["hooks"] == {"_Stateful": {"value": 1}, "_Stateful#2": {"value": 2}}
+    assert "storage" in state
+
+    other = NoOpTrainer()
+    other.register_hooks([_Stateful(), _Stateful()])
+    state["hooks"]["Vanished"] = {"x": 1}
+    with capture_logs() as logs:
+        other.load_state_dict(state)
+    assert other.iter == 3 and [h.value for h in other._hooks] == [1, 2]
+    assert any("Cannot find the hook 'Vanished'" in m for m in logs.messages)
+
+
+def _run(trainer, start, stop, losses):
+    class Record(HookBase):
+        def after_step(self):
+            losses.append(self.trainer.storage.latest()["total_loss"][0])
+
+    trainer.register_hooks([Record()])
+    trainer.train(start, stop)
+
+
+def test_simple_trainer_resume_reproduces_the_uninterrupted_run(tmp_path):
+    reference_losses = []
+    _run(make_trainer(), 0, 8, reference_losses)
+
+    first_losses = []
+    first = make_trainer()
+    _run(first, 0, 4, first_losses)
+    first.iter = 3  # as saved by a checkpoint hook in after_step of iteration 3
+    path = tmp_path / "trainer.pth"
+    torch.save({"model": first.model.state_dict(), "trainer": first.state_dict()}, path)
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["trainer"]["data_loader"] == {"position": 4}
+    assert set(checkpoint["trainer"]) >= {"iteration", "hooks", "storage", "optimizer", "rng", "data_loader"}
+
+    torch.rand(5)  # disturb the global RNG: the state must be restored
+    resumed = make_trainer(lr=0.5)
+    resumed.model.load_state_dict(checkpoint["model"])
+    resumed.load_state_dict(checkpoint["trainer"])
+    assert resumed.optimizer.param_groups[0]["lr"] == 0.1  # restored from the optimizer state
+    resumed_losses = []
+    _run(resumed, resumed.iter + 1, 8, resumed_losses)
+    assert first_losses + resumed_losses == pytest.approx(reference_losses, rel=1e-6)
+
+
+def test_loader_state_loaded_after_iteration_started_restarts_the_stream():
+    trainer = make_trainer()
+    trainer.train(0, 2)
+    assert trainer.data_loader.position == 2
+    trainer.load_state_dict({"iteration": 0, "data_loader": {"position": 0}})
+    trainer.train(0, 1)
+    assert trainer.data_loader.position == 1
+
+
+def test_amp_trainer_bfloat16_on_cpu_and_float16_fallback():
+    with capture_logs() as logs:
+        trainer = make_trainer(trainer_cls=AMPTrainer, precision=torch.float16)
+    assert any("bfloat16" in m for m in logs.messages)
+    assert trainer.precision == torch.bfloat16 and trainer.grad_scaler is None
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train(0, 3)
+    assert trainer.model.last_dtype == torch.bfloat16
+    assert all(math.isfinite(v) for v, _ in trainer.storage.history("total_loss").values())
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert "grad_scaler" not in trainer.state_dict()
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        make_trainer(trainer_cls=AMPTrainer, precision="float32")
+
+
+def test_amp_trainer_scaler_state_round_trip():
+    trainer = make_trainer(trainer_cls=AMPTrainer, precision="bfloat16")
+    # Exercise the scaling path on CPU (on CUDA, float16 creates this scaler itself).
+    trainer.grad_scaler = torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2)
+    trainer.train(0, 4)
+    state = trainer.state_dict()
+    assert state["grad_scaler"]["scale"] == 1024.0  # grew twice, every 2 finite steps
+    other = make_trainer(trainer_cls=AMPTrainer, precision="bfloat16")
+    other.grad_scaler = torch.amp.GradScaler("cpu")
+    other.load_state_dict(state)
+    assert other.grad_scaler.get_scale() == 1024.0
+
+
+def test_storage_of_a_resumed_trainer_is_restored_when_training_starts():
+    trainer = make_trainer()
+    trainer.train(0, 5)
+    state = trainer.state_dict()
+    resumed = make_trainer()
+    resumed.load_state_dict(state)
+    resumed.train(5, 6)
+    values = resumed.storage.history("total_loss").values()
+    assert [itr for _, itr in values] == [0, 1, 2, 3, 4, 5]
+    assert resumed.storage.iter == 6
