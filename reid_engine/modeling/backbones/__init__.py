@@ -1,0 +1,6 @@
+"""Backbones: registry, builder and the ResNet family."""
+from .build import BACKBONE_REGISTRY, build_backbone
+from .pretrained import PretrainLoadResult, load_pretrained_weights
+from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
+
+__all__ = [k for k in globals() if not k.startswith("_")]

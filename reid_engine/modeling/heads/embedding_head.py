@@ -1,0 +1,127 @@
+"""EmbeddingHead: pooling, optional 1x1 embedding, BN neck and the classifier."""
+from typing import Dict, Optional, Union
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..layers import build_cls_layer, build_pooling, get_norm
+from .build import HEADS_REGISTRY
+
+__all__ = ["EmbeddingHead"]
+
+_NECK_FEATS = ("before", "after")
+
+
+@HEADS_REGISTRY.register()
+class EmbeddingHead(nn.Module):
+    """Pool the backbone map, pass it through the neck and classify it.
+
+    Sub-modules (fast-reid's state-dict layout): `pool_layer`, `bottleneck` (a
+    Sequential of the optional 1x1 embedding conv and the optional BN neck, whose bias
+    is frozen), `cls_layer` (no parameters) and the parameter `weight`
+    (num_classes x D, the class centres, no bias).
+
+    The selected feature (NECK_FEAT): "before" = the pooled feature, before the whole
+    neck; "after" = the neck's output. It is what eval mode returns, and the
+    "features" output used by metric losses in training.
+
+    Args:
+        feat_dim: channels of the backbone map (MODEL.BACKBONE.FEAT_DIM).
+        num_classes: number of training identities (> 0).
+        embedding_dim: output channels of the 1x1 embedding conv; 0 = none.
+        with_bnneck: add the BN neck.
+        norm: norm name of the neck.
+        neck_feat: "before" or "after".
+        pool_layer: pooling layer name.
+        cls_layer: classifier layer name.
+        scale, margin: classifier layer parameters.
+    """
+
+    def __init__(self, *, feat_dim: int, num_classes: int, embedding_dim: int = 0,
+                 with_bnneck: bool = False, norm: str = "BN", neck_feat: str = "before",
+                 pool_layer: str = "GlobalAvgPool", cls_layer: str = "Linear",
+                 scale: float = 1.0, margin: float = 0.0):
+        super().__init__()
+        if num_classes <= 0:
+            raise ValueError("MODEL.HEADS.NUM_CLASSES is 0: it is filled from the training set "
+                             "by the trainer; set it for standalone use")
+        if neck_feat not in _NECK_FEATS:
+            raise ValueError(f"MODEL.HEADS.NECK_FEAT must be 'before' or 'after', got {neck_feat!r}")
+        self.in_feat_dim = feat_dim
+        self.neck_feat = neck_feat
+        self.pool_name = pool_layer
+        self.pool_layer = build_pooling(pool_layer)
+        neck, out_dim = [], feat_dim
+        if embedding_dim > 0:
+            neck.append(nn.Conv2d(feat_dim, embedding_dim, kernel_size=1, bias=False))
+            out_dim = embedding_dim
+        if with_bnneck:
+            neck.append(get_norm(norm, out_dim, bias_freeze=True))
+        self.bottleneck = nn.Sequential(*neck)
+        self.cls_layer = build_cls_layer(cls_layer, num_classes, scale, margin)
+        self.weight = nn.Parameter(torch.empty(num_classes, out_dim))
+        self.feat_dim = feat_dim if neck_feat == "before" else out_dim
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, cfg) -> "EmbeddingHead":
+        """Build from MODEL.BACKBONE.FEAT_DIM and MODEL.HEADS.*."""
+        heads = cfg.MODEL.HEADS
+        return cls(feat_dim=cfg.MODEL.BACKBONE.FEAT_DIM, num_classes=heads.NUM_CLASSES,
+                   embedding_dim=heads.EMBEDDING_DIM, with_bnneck=heads.WITH_BNNECK,
+                   norm=heads.NORM, neck_feat=heads.NECK_FEAT, pool_layer=heads.POOL_LAYER,
+                   cls_layer=heads.CLS_LAYER, scale=heads.SCALE, margin=heads.MARGIN)
+
+    def reset_parameters(self) -> None:
+        """Kaiming embedding conv, neck weight 1 / bias 0, class centres N(0, 0.01^2)."""
+        for module in self.bottleneck:
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(getattr(module, "weight", None), torch.Tensor):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        nn.init.normal_(self.weight, std=0.01)
+
+    def _pool(self, features: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool_layer(features)
+        if pooled.dim() != 4 or pooled.shape[-2:] != (1, 1):
+            raise ValueError(f"MODEL.HEADS.POOL_LAYER {self.pool_name!r} left a map of shape "
+                             f"{tuple(pooled.shape)}; use a global pooling layer (e.g. GlobalAvgPool)")
+        if pooled.shape[1] != self.in_feat_dim:
+            raise ValueError(f"the pooled feature has {pooled.shape[1]} channels but "
+                             f"MODEL.BACKBONE.FEAT_DIM is {self.in_feat_dim}; set FEAT_DIM to "
+                             f"{pooled.shape[1]}")
+        return pooled
+
+    def forward(self, features: torch.Tensor, targets: Optional[torch.Tensor] = None
+                ) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
+        """Run the head.
+
+        Args:
+            features: backbone map (B, C, h, w).
+            targets: (B,) int64 class ids; required in training mode.
+
+        Returns:
+            eval: the selected feature (B, D). training: {"cls_outputs": logits after
+            margin and scale, "pred_class_logits": logits without margin, times scale,
+            "features": the selected feature}.
+        """
+        pooled = self._pool(features)
+        neck = self.bottleneck(pooled)[..., 0, 0]
+        pooled = pooled[..., 0, 0]
+        selected = pooled if self.neck_feat == "before" else neck
+        if not self.training:
+            return selected
+        if targets is None:
+            raise ValueError("EmbeddingHead in training mode needs targets; call "
+                             "model.eval() for features")
+        if self.cls_layer.uses_cosine:
+            logits = F.linear(F.normalize(neck), F.normalize(self.weight))
+        else:
+            logits = F.linear(neck, self.weight)
+        return {
+            "cls_outputs": self.cls_layer(logits, targets),
+            "pred_class_logits": logits * self.cls_layer.s,
+            "features": selected,
+        }

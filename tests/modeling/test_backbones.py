@@ -1,0 +1,175 @@
+"""ResNet backbones: shapes for each depth/option, IBN/NL placement, pretrained loading."""
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from reid_engine.modeling import build_backbone
+from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_pretrained_weights
+from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
+
+from ._helpers import tiny_cfg
+
+# 32x16 input -> conv1 16x8 -> maxpool (ceil mode, as fast-reid) 9x5 -> layer2 5x3
+# -> layer3 3x2 -> layer4: 3x2 with last stride 1, 2x1 with last stride 2.
+_MAP_SIZE = {1: (3, 2), 2: (2, 1)}
+_IMAGES = torch.randn(2, 3, 32, 16, generator=torch.Generator().manual_seed(0))
+
+
+def _backbone(depth="18x", **opts):
+    return build_backbone(tiny_cfg(depth, **{f"BACKBONE.{k}": v for k, v in opts.items()}))
+
+
+@pytest.mark.parametrize("depth, opts", [
+    ("18x", {"LAST_STRIDE": 1}),
+    ("18x", {"LAST_STRIDE": 2}),
+    ("18x", {"WITH_IBN": True}),
+    ("18x", {"WITH_SE": True}),
+    ("18x", {"NORM": "GN"}),
+    ("18x", {"NORM": "FrozenBN"}),
+    ("18x", {"NORM": "syncBN"}),
+    ("34x", {"WITH_IBN": True, "WITH_SE": True, "LAST_STRIDE": 2}),
+])
+def test_basic_block_resnets_forward(depth, opts):
+    torch.manual_seed(0)
+    model = _backbone(depth, **opts)
+    out = model(_IMAGES)  # training mode: batch statistics
+    assert model.out_channels == 512
+    assert out.shape == (2, 512, *_MAP_SIZE[opts.get("LAST_STRIDE", 1)])
+    assert torch.isfinite(out).all()
+
+
+def test_resnet50_with_every_option_forward_and_non_local_positions():
+    torch.manual_seed(0)
+    model = _backbone("50x", WITH_IBN=True, WITH_SE=True, WITH_NL=True)
+    calls = []
+    for name, module in model.named_modules():
+        if name.count(".") == 1 and name.startswith(("layer2", "layer3", "NL_")):
+            module.register_forward_hook(lambda m, i, o, name=name: calls.append(name))
+    with torch.no_grad():
+        out = model.eval()(_IMAGES[:1])
+    assert out.shape == (1, 2048, 3, 2)
+    # fast-reid's positions: after the last 2 blocks of layer2 and the last 3 of layer3
+    assert calls == ["layer2.0", "layer2.1", "layer2.2", "NL_2.0", "layer2.3", "NL_2.1",
+                     "layer3.0", "layer3.1", "layer3.2", "layer3.3", "NL_3.0",
+                     "layer3.4", "NL_3.1", "layer3.5", "NL_3.2"]
+
+
+@pytest.mark.parametrize("depth, blocks", [("101x", (3, 4, 23, 3)), ("152x", (3, 8, 36, 3))])
+def test_deep_resnets_are_built_without_running(depth, blocks):
+    model = _backbone(depth)
+    assert tuple(len(getattr(model, f"layer{i}")) for i in range(1, 5)) == blocks
+    assert model.out_channels == 2048 and not hasattr(model, "fc")
+    assert RESNET_DEPTHS[depth][1] == blocks
+
+
+def test_resnet101_non_local_counts():
+    model = _backbone("101x", WITH_NL=True)
+    assert len(model.NL_2) == 2 and len(model.NL_3) == 9
+    assert not hasattr(model, "NL_1") and not hasattr(model, "NL_4")
+    assert model.NL_3[0].g.weight.shape == (1, 1024, 1, 1)
+
+
+def test_ibn_a_placement_follows_ibn_net():
+    model = _backbone("50x", WITH_IBN=True)
+    for stage in range(1, 5):
+        for block in getattr(model, f"layer{stage}"):
+            assert isinstance(block.bn1, IBN) == (stage < 4)
+            assert not isinstance(block.bn2, IBN)
+    assert isinstance(model.bn1, nn.BatchNorm2d)
+
+
+def test_frozen_bn_backbone_has_no_norm_parameters():
+    model = _backbone("18x", NORM="FrozenBN")
+    assert isinstance(model.layer1[0].bn1, FrozenBatchNorm2d)
+    assert all(".bn" not in name and "downsample.1" not in name
+               for name, _ in model.named_parameters())
+
+
+def test_non_local_width_matches_fastreid_checkpoints():
+    model = _backbone("50x", WITH_NL=True)
+    assert isinstance(model.NL_2[0], NonLocal)
+    assert model.NL_2[1].W[0].weight.shape == (512, 1, 1, 1)
+
+
+@pytest.mark.parametrize("opts, message", [
+    ({"DEPTH": "20x"}, "DEPTH '20x' is not a ResNet depth"),
+    ({"DEPTH": "18x", "WITH_NL": True}, "non-local blocks are defined for depths 50x, 101x"),
+    ({"LAST_STRIDE": 3}, "LAST_STRIDE must be 1 or 2"),
+    ({"NORM": "XN"}, "unknown norm 'XN'"),
+    ({"NAME": "build_vgg"}, "BACKBONE.NAME 'build_vgg' is unknown"),
+])
+def test_bad_options_are_clear_errors(opts, message):
+    with pytest.raises((ValueError, KeyError), match=message):
+        _backbone(**opts)
+
+
+# ----------------------------------------------------------------------------- pretrained
+def _torchvision_layout(model: ResNet, prefix=""):
+    """The state dict a torchvision ResNet of the same depth would save (with fc)."""
+    state = {prefix + k: v.clone() for k, v in model.state_dict().items()}
+    state[prefix + "fc.weight"] = torch.randn(1000, model.out_channels)
+    state[prefix + "fc.bias"] = torch.randn(1000)
+    return state
+
+
+@pytest.mark.parametrize("wrap", ["plain", "state_dict+module"])
+def test_pretrained_torchvision_layout_round_trip(tmp_path, caplog, wrap):
+    torch.manual_seed(1)
+    source = _backbone("18x", WITH_SE=False)
+    for module in source.modules():  # non-trivial statistics, so that a skip would show
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.normal_()
+            module.running_var.uniform_(0.5, 2)
+    if wrap == "plain":
+        payload = _torchvision_layout(source)
+    else:
+        payload = {"state_dict": _torchvision_layout(source, prefix="module.")}
+    path = tmp_path / "resnet18-imagenet.pth"
+    torch.save(payload, path)
+    torch.manual_seed(2)
+    with caplog.at_level(logging.WARNING):
+        loaded = _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=str(path))
+    for key, value in source.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    assert "Not in the pretrained file" not in caplog.text  # nothing missing
+    assert "unused by the model" not in caplog.text         # fc.* is dropped silently
+
+
+def test_pretrained_ibn_layout_loads_into_ibn_model_and_reports_the_rest(tmp_path, caplog):
+    torch.manual_seed(3)
+    source = _backbone("18x", WITH_IBN=True)
+    state = _torchvision_layout(source)
+    del state["layer4.1.conv2.weight"]                 # missing
+    state["layer9.extra.weight"] = torch.zeros(1)       # unexpected
+    state["layer4.1.bn2.bias"] = torch.zeros(7)         # wrong shape
+    path = tmp_path / "resnet18_ibn_a.pth"
+    torch.save(state, path)
+    target = _backbone("18x", WITH_IBN=True)
+    with caplog.at_level(logging.INFO):
+        result = load_pretrained_weights(target, str(path))
+    assert torch.equal(target.layer1[0].bn1.IN.weight, source.layer1[0].bn1.IN.weight)
+    assert torch.equal(target.layer3[1].bn1.BN.running_var, source.layer3[1].bn1.BN.running_var)
+    assert result.missing == ["layer4.1.conv2.weight", "layer4.1.bn2.bias"]
+    assert result.unexpected == ["layer9.extra.weight"]
+    assert len(result.mismatched) == 1 and "layer4.1.bn2.bias (7,)" in result.mismatched[0]
+    assert "layer4.1.conv2.weight" in caplog.text and "layer9.extra.weight" in caplog.text
+
+
+def test_pretrained_missing_file_is_one_line_error(tmp_path):
+    path = str(tmp_path / "nowhere.pth")
+    with pytest.raises(FileNotFoundError) as info:
+        _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=path)
+    message = str(info.value)
+    assert "MODEL.BACKBONE.PRETRAIN_PATH" in message and path in message and "\n" not in message
+
+
+def test_pretrained_empty_path_and_corrupt_file(tmp_path):
+    with pytest.raises(ValueError, match="PRETRAIN_PATH is empty"):
+        _backbone("18x", PRETRAIN=True, PRETRAIN_PATH="")
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(RuntimeError) as info:
+        _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=str(bad))
+    assert str(bad) in str(info.value) and "\n" not in str(info.value)

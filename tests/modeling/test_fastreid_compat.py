@@ -1,0 +1,139 @@
+"""fast-reid checkpoint compatibility.
+
+The files in fastreid_keys/ list `key shape` of the state dicts fast-reid builds for
+four Market1501 configs (HEADS.NUM_CLASSES 751). Our model, built from the config
+each file implies, must have exactly those keys and shapes; a checkpoint with that
+layout must load strictly (also through MODEL.WEIGHTS' Checkpointer) and reproduce
+the embeddings of the model it came from.
+"""
+import ast
+import logging
+import math
+import os
+
+import pytest
+import torch
+
+from reid_engine.config import get_cfg
+from reid_engine.modeling import META_ARCH_REGISTRY, build_model
+from reid_engine.utils.checkpoint import Checkpointer
+
+KEYS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastreid_keys")
+
+# What each fast-reid config sets, read off its key list (IBN -> bn1.IN/BN, non-local
+# -> NL_*, learnable GeM -> heads.pool_layer.p) and fast-reid's Market1501 configs.
+_BOT = {"BACKBONE.DEPTH": "50x", "BACKBONE.LAST_STRIDE": 1, "BACKBONE.NORM": "BN",
+        "BACKBONE.FEAT_DIM": 2048, "HEADS.NUM_CLASSES": 751, "HEADS.WITH_BNNECK": True,
+        "HEADS.NECK_FEAT": "before", "HEADS.POOL_LAYER": "GlobalAvgPool",
+        "HEADS.CLS_LAYER": "Linear", "HEADS.EMBEDDING_DIM": 0}
+FASTREID_CONFIGS = {
+    "bagtricks_R50": dict(_BOT),
+    "bagtricks_R50-ibn": dict(_BOT, **{"BACKBONE.WITH_IBN": True}),
+    "AGW_R50": dict(_BOT, **{"BACKBONE.WITH_NL": True,
+                             "HEADS.POOL_LAYER": "GeneralizedMeanPooling"}),
+    "sbs_R50-ibn": dict(_BOT, **{"BACKBONE.WITH_IBN": True, "BACKBONE.WITH_NL": True,
+                                 "HEADS.POOL_LAYER": "GeneralizedMeanPoolingP",
+                                 "HEADS.NECK_FEAT": "after", "HEADS.CLS_LAYER": "CircleSoftmax",
+                                 "HEADS.SCALE": 64, "HEADS.MARGIN": 0.35}),
+}
+
+
+def read_reference(name):
+    """Parse fastreid_keys/<name>.txt into {key: shape tuple}."""
+    shapes = {}
+    with open(os.path.join(KEYS_DIR, f"{name}.txt")) as handle:
+        for line in handle:
+            if line.startswith("#") or not line.strip():
+                continue
+            key, shape = line.strip().split(" ", 1)
+            shapes[key] = tuple(ast.literal_eval(shape))
+    return shapes
+
+
+def build_without_summary(cfg):
+    """The meta architecture of `cfg` without build_model's FLOP count (tested elsewhere)."""
+    return META_ARCH_REGISTRY.get(cfg.MODEL.META_ARCHITECTURE).from_config(cfg)
+
+
+def config_for(name):
+    cfg = get_cfg()
+    cfg.MODEL.DEVICE = "cpu"
+    cfg.INPUT.SIZE_TEST = [32, 16]  # keeps the build-time FLOP count cheap
+    for key, value in FASTREID_CONFIGS[name].items():
+        section, leaf = key.split(".")
+        setattr(getattr(cfg.MODEL, section), leaf, value)
+    return cfg
+
+
+def random_fastreid_state(shapes, seed):
+    """A state dict with the reference layout and plausible random values."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def uniform(shape, low, high):
+        return torch.rand(shape, generator=gen) * (high - low) + low
+
+    state = {}
+    for key, shape in shapes.items():
+        if key.endswith("num_batches_tracked"):
+            value = torch.tensor(1000, dtype=torch.long)
+        elif key.endswith("running_var"):
+            value = uniform(shape, 0.5, 1.5)
+        elif key.endswith("pool_layer.p"):
+            value = uniform(shape, 2.5, 3.5)
+        elif len(shape) == 4:  # conv: He-scaled so activations stay finite
+            value = torch.randn(shape, generator=gen) * math.sqrt(1.0 / math.prod(shape[1:]))
+        elif key == "heads.weight":
+            value = torch.randn(shape, generator=gen) * 0.01
+        elif key.endswith("weight"):  # norm scales (including the non-local W.1)
+            value = uniform(shape, 0.3, 1.0)
+        else:  # biases and running means
+            value = torch.randn(shape, generator=gen) * 0.1
+        state[key] = value
+    return state
+
+
+@pytest.mark.parametrize("name", sorted(FASTREID_CONFIGS))
+def test_state_dict_layout_equals_fastreid(name):
+    reference = read_reference(name)
+    model = build_without_summary(config_for(name))
+    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    assert set(ours) == set(reference), (sorted(set(ours) - set(reference))[:5],
+                                         sorted(set(reference) - set(ours))[:5])
+    assert ours == reference
+
+
+# sbs_R50-ibn has every part (IBN, non-local, learnable GeM, CircleSoftmax, NECK_FEAT
+# after); bagtricks_R50 is the plain BoT model. build_model is the path MODEL.WEIGHTS uses.
+@pytest.mark.parametrize("name", ["bagtricks_R50", "sbs_R50-ibn"])
+def test_fastreid_checkpoint_loads_and_reproduces_embeddings(name, tmp_path, caplog):
+    reference = read_reference(name)
+    state = random_fastreid_state(reference, seed=7)
+    torch.manual_seed(0)
+    source = build_model(config_for(name))
+    source.load_state_dict(state, strict=True)
+    images = torch.randint(0, 256, (2, 3, 32, 16), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = source.eval()({"images": images})
+    assert expected.shape == (2, 2048) and torch.isfinite(expected).all()
+    assert expected.std() > 0
+
+    # a fast-reid checkpoint file: the model under "model", next to trainer state
+    path = tmp_path / "model_final.pth"
+    torch.save({"model": state, "optimizer": {}, "scheduler": {}, "iteration": 12345}, path)
+    torch.manual_seed(1)
+    target = build_without_summary(config_for(name))
+    with caplog.at_level(logging.INFO):
+        Checkpointer(target).load(str(path), checkpointables=[])
+    loaded = target.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    with torch.no_grad():
+        embeddings = target.eval()({"images": images})
+    assert torch.equal(embeddings, expected)
+
+
+@pytest.mark.parametrize("name", ["bagtricks_R50-ibn", "AGW_R50"])
+def test_other_layouts_load_strictly(name):
+    state = random_fastreid_state(read_reference(name), seed=5)
+    result = build_without_summary(config_for(name)).load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys

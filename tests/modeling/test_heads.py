@@ -1,0 +1,123 @@
+"""EmbeddingHead: neck, test feature, training outputs, keys and errors."""
+import pytest
+import torch
+from torch.nn import functional as F
+
+from reid_engine.modeling import build_heads
+from reid_engine.modeling.heads import EmbeddingHead
+
+from ._helpers import tiny_cfg
+
+_FEATURES = torch.randn(4, 8, 3, 2, generator=torch.Generator().manual_seed(0))
+_TARGETS = torch.tensor([0, 1, 2, 1])
+
+
+def _head(**opts):
+    cfg = tiny_cfg(**{f"HEADS.{k}": v for k, v in opts.items()})
+    cfg.MODEL.BACKBONE.FEAT_DIM = 8
+    cfg.MODEL.HEADS.NUM_CLASSES = opts.get("NUM_CLASSES", 3)
+    return build_heads(cfg)
+
+
+def _bn_eval(head, x):
+    bn = head.bottleneck[-1]
+    return (x - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
+
+
+def _randomise_neck(head):
+    with torch.no_grad():
+        bn = head.bottleneck[-1]
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-1, 1)
+
+
+def test_num_classes_zero_is_a_clear_error():
+    with pytest.raises(ValueError, match="MODEL.HEADS.NUM_CLASSES is 0: it is filled from the "
+                                         "training set by the trainer; set it for standalone use"):
+        _head(NUM_CLASSES=0)
+
+
+def test_bn_neck_bias_is_frozen():
+    head = _head(WITH_BNNECK=True)
+    bn = head.bottleneck[0]
+    assert not bn.bias.requires_grad and bn.weight.requires_grad
+    assert head.weight.shape == (3, 8) and head.weight.requires_grad
+
+
+def test_neck_feat_before_returns_the_pooled_feature_in_eval():
+    head = _head(WITH_BNNECK=True, NECK_FEAT="before").eval()
+    _randomise_neck(head)
+    out = head(_FEATURES)
+    torch.testing.assert_close(out, _FEATURES.mean((2, 3)))
+    assert head.feat_dim == 8
+
+
+def test_neck_feat_after_returns_the_bn_neck_output_in_eval():
+    head = _head(WITH_BNNECK=True, NECK_FEAT="after").eval()
+    _randomise_neck(head)
+    torch.testing.assert_close(head(_FEATURES), _bn_eval(head, _FEATURES.mean((2, 3))))
+
+
+def test_training_outputs_with_linear_classifier():
+    head = _head(WITH_BNNECK=True, NECK_FEAT="before", SCALE=2.0).train()
+    out = head(_FEATURES, _TARGETS)
+    assert set(out) == {"cls_outputs", "pred_class_logits", "features"}
+    pooled = _FEATURES.mean((2, 3))
+    neck = (pooled - pooled.mean(0)) / torch.sqrt(pooled.var(0, unbiased=False) + 1e-5)
+    logits = neck @ head.weight.T
+    torch.testing.assert_close(out["cls_outputs"], 2.0 * logits)
+    torch.testing.assert_close(out["pred_class_logits"], 2.0 * logits)
+    torch.testing.assert_close(out["features"], pooled)
+
+
+def test_training_outputs_with_margin_classifier_use_cosine_logits():
+    head = _head(WITH_BNNECK=False, NECK_FEAT="after", CLS_LAYER="CosSoftmax",
+                 SCALE=4.0, MARGIN=0.2).train()
+    out = head(_FEATURES, _TARGETS)
+    pooled = _FEATURES.mean((2, 3))
+    cosine = F.normalize(pooled) @ F.normalize(head.weight).T
+    onehot = F.one_hot(_TARGETS, 3).float()
+    torch.testing.assert_close(out["cls_outputs"], 4.0 * (cosine - 0.2 * onehot))
+    torch.testing.assert_close(out["pred_class_logits"], 4.0 * cosine)
+    torch.testing.assert_close(out["features"], pooled)
+
+
+def test_embedding_layer_keys_and_dimension():
+    head = _head(EMBEDDING_DIM=6, WITH_BNNECK=True, NECK_FEAT="after")
+    shapes = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    assert shapes["bottleneck.0.weight"] == (6, 8, 1, 1)
+    assert shapes["bottleneck.1.weight"] == (6,) and shapes["weight"] == (3, 6)
+    assert head.eval()(_FEATURES).shape == (4, 6) and head.feat_dim == 6
+
+
+def test_learnable_gem_key_and_plain_head_keys():
+    head = _head(POOL_LAYER="GeneralizedMeanPoolingP", WITH_BNNECK=True)
+    assert sorted(head.state_dict()) == sorted([
+        "weight", "pool_layer.p", "bottleneck.0.weight", "bottleneck.0.bias",
+        "bottleneck.0.running_mean", "bottleneck.0.running_var",
+        "bottleneck.0.num_batches_tracked"])
+    assert sorted(_head().state_dict()) == ["weight"]
+
+
+def test_feat_dim_mismatch_and_non_global_pooling_are_clear_errors():
+    head = _head(WITH_BNNECK=True)
+    with pytest.raises(ValueError, match="has 5 channels but MODEL.BACKBONE.FEAT_DIM is 8"):
+        head(torch.randn(2, 5, 3, 2), _TARGETS[:2])
+    with pytest.raises(ValueError, match="POOL_LAYER 'Identity' left a map"):
+        _head(POOL_LAYER="Identity").eval()(_FEATURES)
+    # Identity is fine for backbones that already pool
+    assert _head(POOL_LAYER="Identity").eval()(_FEATURES[:, :, :1, :1]).shape == (4, 8)
+
+
+def test_training_without_targets_and_bad_neck_feat():
+    with pytest.raises(ValueError, match="needs targets"):
+        _head().train()(_FEATURES)
+    with pytest.raises(ValueError, match="NECK_FEAT must be 'before' or 'after'"):
+        _head(NECK_FEAT="middle")
+
+
+def test_constructor_is_usable_without_config():
+    head = EmbeddingHead(feat_dim=8, num_classes=3, with_bnneck=True, neck_feat="after")
+    assert head.eval()(_FEATURES).shape == (4, 8)
