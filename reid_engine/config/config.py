@@ -11,12 +11,14 @@ from typing import Any, Dict, List, Optional
 import yaml
 from fvcore.common.config import CfgNode as _FvcoreCfgNode
 
+from ..utils.errors import ReidUserError
+
 BASE_KEY = "_BASE_"
 
 __all__ = ["CfgNode", "ConfigError", "load_yaml_with_bases"]
 
 
-class ConfigError(KeyError, ValueError):
+class ConfigError(ReidUserError, KeyError, ValueError):
     """A config problem the user can fix: an unknown key, a wrong type, a bad file."""
 
     def __str__(self):  # KeyError would quote the message

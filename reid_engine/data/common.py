@@ -6,12 +6,14 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from ..utils.errors import ReidUserError
+
 __all__ = ["ImageReadError", "read_image", "ImageItemSet", "TrainImageSet", "sample_rng"]
 
 Item = Tuple[str, int, int]  # (img_path, pid, camid)
 
 
-class ImageReadError(RuntimeError):
+class ImageReadError(ReidUserError, RuntimeError):
     """An image file is missing, unreadable or corrupt; the message names its path."""
 
 

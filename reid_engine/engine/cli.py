@@ -7,13 +7,17 @@ overrides), then launches one worker per GPU or CPU process; each worker runs
 """
 import logging
 import sys
+import traceback
 from typing import List, Optional
 
+import torch.multiprocessing as mp
+
 from ..config import CfgNode, ConfigError, get_cfg
-from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
+from ..utils.errors import ReidUserError
 from .defaults import DefaultTrainer, default_argument_parser, default_setup
+from .inference_tools import inference_config
 from .launch import launch
 
 __all__ = ["build_config", "setup", "main", "run"]
@@ -22,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 # Errors whose message already says what is wrong and how to fix it: the command
 # prints that one line instead of a traceback.
-USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError, FloatingPointError)
+USER_ERRORS = (ReidUserError, FileNotFoundError, NotADirectoryError, FloatingPointError)
 
 
 def build_config(args) -> CfgNode:
@@ -49,16 +53,9 @@ def setup(args) -> CfgNode:
 
 
 def _eval_only(cfg: CfgNode):
-    cfg = cfg.clone()
-    cfg.defrost()
-    cfg.MODEL.BACKBONE.PRETRAIN = False  # the checkpoint holds every weight
-    if cfg.MODEL.HEADS.NUM_CLASSES == 0:
-        # The classifier is unused at test time; size it like the checkpoint's so it
-        # loads without a shape-mismatch warning.
-        cfg.MODEL.HEADS.NUM_CLASSES = Checkpointer.peek_num_classes(cfg.MODEL.WEIGHTS) or 1
-    cfg.freeze()
     if not cfg.MODEL.WEIGHTS:
         raise ConfigError("--eval-only needs a checkpoint: add MODEL.WEIGHTS path/to/model.pth.")
+    cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
     model = DefaultTrainer.build_model(cfg)
     Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
     return DefaultTrainer.test(cfg, model)
@@ -102,9 +99,24 @@ def run(argv: Optional[List[str]] = None) -> int:
             backend="nccl" if device.type == "cuda" else "gloo",
         )
     except USER_ERRORS as e:
-        print(f"reid_engine: error: {e}", file=sys.stderr)
+        print(f"reid_engine: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
+    except mp.ProcessRaisedException as e:
+        # A worker failed: show its traceback, then the one-line summary.
+        text = str(e).strip()
+        print(text, file=sys.stderr)
+        last = text.splitlines()[-1] if text else "a worker process failed"
+        print(f"reid_engine: error: {_one_line(last.split(': ', 1)[-1])}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a bug rather than bad input: keep the traceback
+        traceback.print_exc()
+        print(f"reid_engine: error: {type(e).__name__}: {_one_line(str(e))}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
 
 
 def console_main() -> None:

@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -18,7 +19,6 @@ from ..config import CfgNode
 from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
 from ..evaluation import (
     DatasetEvaluator,
-    DatasetEvaluators,
     ReidEvaluator,
     inference_on_dataset,
     print_csv_format,
@@ -128,6 +128,7 @@ def default_setup(cfg: CfgNode, args) -> None:
     log.info("Running with full config:\n" + _highlight(cfg.dump(), ".yaml"))
     if comm.is_main_process() and output_dir:
         path = os.path.join(output_dir, "config.yaml")
+        _keep_previous_config(path, cfg.dump(), log)
         atomic_write_text(path, cfg.dump())
         log.info(f"Full config saved to {os.path.abspath(path)}")
 
@@ -135,6 +136,19 @@ def default_setup(cfg: CfgNode, args) -> None:
     seed_all_rng(None if seed < 0 else seed + rank)
     if not getattr(args, "eval_only", False):
         torch.backends.cudnn.benchmark = cfg.CUDNN_BENCHMARK
+
+
+def _keep_previous_config(path: str, new_text: str, log: logging.Logger) -> None:
+    """Rename an earlier, different config.yaml aside so no run's record is lost."""
+    if not os.path.isfile(path):
+        return
+    with open(path, "r", encoding="utf-8") as f:
+        if f.read() == new_text:
+            return
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(os.path.getmtime(path)))
+    kept = os.path.join(os.path.dirname(path), f"config.{stamp}.yaml")
+    os.replace(path, kept)
+    log.info(f"The previous, different config of this folder is kept as {kept}")
 
 
 def default_writers(output_dir: str, max_iter: Optional[int] = None) -> list:
@@ -214,6 +228,8 @@ class DefaultTrainer(TrainerBase):
         self.max_iter = cfg.SOLVER.MAX_EPOCH * self.iters_per_epoch
         self.cfg = cfg
         self.register_hooks(self.build_hooks())
+        # The inner trainer runs the step, so it must see the same hooks (after_backward).
+        self._trainer._hooks = self._hooks
 
     # ------------------------------------------------------------------ state
     def resume_or_load(self, resume: bool = True) -> None:
@@ -231,13 +247,18 @@ class DefaultTrainer(TrainerBase):
             self.start_iter = self.iter + 1
 
     def state_dict(self) -> dict:
+        """Iteration, hook states and event histories, plus the inner trainer's
+        optimizer, RNG, data-stream and scaler states."""
         ret = super().state_dict()
-        ret["_trainer"] = self._trainer.state_dict()
+        inner = self._trainer.state_dict()
+        for shared in ("iteration", "hooks", "storage"):  # already saved above
+            inner.pop(shared, None)
+        ret["_trainer"] = inner
         return ret
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
-        self._trainer.load_state_dict(state_dict["_trainer"])
+        self._trainer.load_state_dict({**state_dict["_trainer"], "iteration": state_dict["iteration"]})
 
     # ------------------------------------------------------------------ loop
     @property
@@ -381,7 +402,6 @@ class DefaultTrainer(TrainerBase):
             if comm.is_main_process():
                 if not isinstance(results_i, dict):
                     raise TypeError(f"Evaluator must return a dict on the main process, got {results_i!r}.")
-                logger.info(f"Evaluation results of {dataset_name} in csv format:")
                 print_csv_format({dataset_name: results_i} if _is_flat(results_i) else results_i)
                 results[dataset_name] = results_i
         return results

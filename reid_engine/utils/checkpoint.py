@@ -28,6 +28,7 @@ from fvcore.common.checkpoint import _filter_reused_missing_keys
 
 from . import comm
 from .file_io import atomic_write
+from .errors import ReidUserError
 
 __all__ = [
     "Checkpointer",
@@ -46,7 +47,7 @@ _MAX_GROUPS_SHOWN = 20
 logger = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(ReidUserError, RuntimeError):
     """A checkpoint file that cannot be (safely) read; the message names the path."""
 
 

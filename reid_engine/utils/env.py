@@ -9,6 +9,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
+from .errors import DeviceUnavailableError
+
 __all__ = ["seed_all_rng", "get_rng_states", "set_rng_states", "resolve_device"]
 
 logger = logging.getLogger(__name__)
@@ -99,12 +101,12 @@ def resolve_device(name: Union[str, torch.device]) -> torch.device:
         return torch.device("cpu")
     match = _CUDA_DEVICE_RE.match(text)
     if match is None:
-        raise ValueError(f"unknown device '{name}': set MODEL.DEVICE to auto, cpu, cuda or cuda:N")
+        raise DeviceUnavailableError(f"unknown device '{name}': set MODEL.DEVICE to auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
-        raise RuntimeError(f"device '{name}' requested but CUDA is not available: set MODEL.DEVICE cpu (or auto)")
+        raise DeviceUnavailableError(f"device '{name}' requested but CUDA is not available: set MODEL.DEVICE cpu (or auto)")
     index = match.group(2)
     if index is not None and int(index) >= torch.cuda.device_count():
-        raise RuntimeError(
+        raise DeviceUnavailableError(
             f"device '{name}' requested but only {torch.cuda.device_count()} CUDA device(s) are visible: "
             f"set MODEL.DEVICE to cuda:0..cuda:{torch.cuda.device_count() - 1} or auto"
         )

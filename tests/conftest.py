@@ -1,0 +1,28 @@
+"""Shared fixtures: a session-wide data root with the tiny synthetic benchmark."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory):
+    """A data root holding SyntheticReIDTiny, generated once per test session."""
+    root = tmp_path_factory.mktemp("datasets")
+    from reid_engine.data.datasets import get_dataset
+
+    get_dataset("SyntheticReIDTiny", str(root))
+    return str(root)
+
+
+def run_cli(args, cwd=None, timeout=240, env=None):
+    """Run `tools/train_net.py` in a fresh interpreter; returns CompletedProcess."""
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONPATH"] = REPO_ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
+    full_env.update(env or {})
+    cmd = [sys.executable, os.path.join(REPO_ROOT, "tools", "train_net.py")] + list(args)
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
