@@ -1,0 +1,31 @@
+"""Datasets: the registry, the base class, every benchmark parser and SyntheticReID.
+
+Importing this package registers every dataset class in :data:`DATASET_REGISTRY`.
+"""
+
+from .bases import DatasetFormatError, ImageDataset, check_cross_camera_matches, merge_train_sets
+from .catalog import get_dataset
+from .cuhk03 import CUHK03, CUHK03Labeled
+from .dukemtmc import DukeMTMC
+from .image_folder import ImageFolderReID
+from .market1501 import Market1501, Market1501_500k
+from .market_style import MarketStyleDataset, parse_market_style_folder
+from .msmt17 import MSMT17
+from .paths import DatasetNotFoundError, resolve_data_root
+from .registry import DATASET_REGISTRY
+from .synthetic import SyntheticReID, SyntheticReIDTiny
+from .synthetic_generator import (DEFAULT_SPEC, TINY_SPEC, SyntheticSpec, SyntheticWorld,
+                                  ensure_synthetic_reid, generate_synthetic_reid,
+                                  write_contact_sheet)
+from .vehicleid import LargeVehicleID, MediumVehicleID, SmallVehicleID, VehicleID
+from .veri import VeRi
+
+__all__ = [
+    "DATASET_REGISTRY", "resolve_data_root", "get_dataset", "merge_train_sets",
+    "check_cross_camera_matches", "ImageDataset", "MarketStyleDataset",
+    "parse_market_style_folder", "DatasetFormatError", "DatasetNotFoundError",
+    "Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03", "CUHK03Labeled", "VeRi",
+    "VehicleID", "SmallVehicleID", "MediumVehicleID", "LargeVehicleID", "ImageFolderReID",
+    "SyntheticReID", "SyntheticReIDTiny", "SyntheticSpec", "SyntheticWorld", "DEFAULT_SPEC",
+    "TINY_SPEC", "generate_synthetic_reid", "ensure_synthetic_reid", "write_contact_sheet",
+]

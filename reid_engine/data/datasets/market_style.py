@@ -1,0 +1,76 @@
+"""Datasets laid out like Market-1501: three image folders, pid and camera in the file name."""
+
+import os
+import re
+from typing import List, Sequence, Tuple
+
+from .bases import JUNK_PID, DatasetFormatError, ImageDataset, Item
+from .paths import find_dataset_dir, list_images, require_dir
+
+# "0002_c1s1_000451_03.jpg", "-1_c3s2_...", "0001_c2_f0046182.jpg", "0001_c001_00016450_0.jpg"
+MARKET_STYLE_NAME = re.compile(r"^(-?\d+)_c(\d+)")
+
+
+def parse_market_style_folder(folder: str, dataset: str, example: str) -> List[Item]:
+    """Parse every image of ``folder`` named ``<pid>_c<camera>...``.
+
+    Args:
+        folder: an image folder.
+        dataset: the dataset name (for errors).
+        example: an example file name shown when a name does not parse.
+    Returns:
+        Sorted ``(path, pid, camid)`` items; junk (pid -1) skipped, camid = camera - 1.
+    Raises:
+        DatasetFormatError: a file name does not follow the pattern or has camera 0.
+    """
+    items = []
+    for path in list_images(folder):
+        match = MARKET_STYLE_NAME.match(os.path.basename(path))
+        if match is None:
+            raise DatasetFormatError(
+                f"{dataset}: image '{path}' is not named like '{example}' (<pid>_c<camera>...); "
+                f"rename it or move it out of the folder")
+        pid, camera = int(match.group(1)), int(match.group(2))
+        if pid == JUNK_PID:
+            continue
+        if camera < 1:
+            raise DatasetFormatError(
+                f"{dataset}: image '{path}' has camera c{camera}; cameras in file names count "
+                f"from c1")
+        items.append((path, pid, camera - 1))
+    return items
+
+
+class MarketStyleDataset(ImageDataset):
+    """Base of the datasets with a train / query / gallery folder of Market-style names.
+
+    Subclasses set :attr:`DATASET_DIRS` (accepted folders under the data root),
+    :attr:`SPLIT_DIRS` (train, query, gallery sub-folders), :attr:`NAME_EXAMPLE` and
+    :attr:`DISTRACTOR_PIDS`.
+
+    Args:
+        root: the data root.
+        combineall: fold query + gallery into training.
+    """
+
+    DATASET_DIRS: Sequence[str] = ()
+    SPLIT_DIRS: Tuple[str, str, str] = ("bounding_box_train", "query", "bounding_box_test")
+    NAME_EXAMPLE = "0002_c1s1_000451_03.jpg"
+    DISTRACTOR_PIDS: Sequence[int] = (0,)
+
+    def __init__(self, root: str = "datasets", combineall: bool = False):
+        name = type(self).__name__
+        layout = ", ".join(f"{d}/" for d in self.SPLIT_DIRS)
+        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS, layout)
+        train_dir, query_dir, gallery_dir = (
+            require_dir(os.path.join(self.dataset_dir, d), name, layout) for d in self.SPLIT_DIRS)
+        train = parse_market_style_folder(train_dir, name, self.NAME_EXAMPLE)
+        query = parse_market_style_folder(query_dir, name, self.NAME_EXAMPLE)
+        gallery = parse_market_style_folder(gallery_dir, name, self.NAME_EXAMPLE)
+        gallery += self.extra_gallery()
+        super().__init__(train, query, gallery, name, combineall=combineall,
+                         distractor_pids=self.DISTRACTOR_PIDS, source=self.dataset_dir)
+
+    def extra_gallery(self) -> List[Item]:
+        """Extra gallery items (distractors); none by default."""
+        return []

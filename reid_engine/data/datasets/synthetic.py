@@ -1,0 +1,46 @@
+"""SyntheticReID: the built-in benchmark, generated under the data root on first use."""
+
+import logging
+
+from .market_style import MarketStyleDataset
+from .registry import DATASET_REGISTRY
+from .synthetic_generator import (DEFAULT_SPEC, GENERATOR_VERSION, TINY_SPEC, SyntheticSpec,
+                                  ensure_synthetic_reid, read_marker)
+
+logger = logging.getLogger(__name__)
+
+
+@DATASET_REGISTRY.register()
+class SyntheticReID(MarketStyleDataset):
+    """The procedural pedestrian benchmark in ``<root>/SyntheticReID/`` (Market-1501 layout).
+
+    The folder is generated (atomically) the first time the dataset is constructed, from
+    :data:`SPEC`; an existing complete folder is read as it is, whatever settings wrote it
+    (``tools/make_synthetic.py`` can write other sizes).
+
+    Args:
+        root: the data root.
+        combineall: fold query + gallery into training.
+    """
+
+    FOLDER = "SyntheticReID"
+    SPEC: SyntheticSpec = DEFAULT_SPEC
+    NAME_EXAMPLE = "0001_c1s1_000001_00.jpg"
+
+    def __init__(self, root: str = "datasets", combineall: bool = False):
+        self.DATASET_DIRS = (self.FOLDER,)
+        folder = ensure_synthetic_reid(root, self.FOLDER, self.SPEC)
+        marker = read_marker(folder) or {}
+        if marker.get("generator_version") != GENERATOR_VERSION:
+            logger.warning("%s was written by generator version %s (current: %s); delete it "
+                           "to regenerate", folder, marker.get("generator_version"),
+                           GENERATOR_VERSION)
+        super().__init__(root, combineall=combineall)
+
+
+@DATASET_REGISTRY.register()
+class SyntheticReIDTiny(SyntheticReID):
+    """A ~300-image SyntheticReID (24 train ids, 16 test ids, 3 cameras) for tests and CI."""
+
+    FOLDER = "SyntheticReIDTiny"
+    SPEC = TINY_SPEC

@@ -1,0 +1,313 @@
+"""Writing the SyntheticReID benchmark: its settings, the split plan, atomic creation.
+
+The benchmark is a Market-1501-layout folder (``bounding_box_train/``, ``query/``,
+``bounding_box_test/``; names ``PPPP_cCs1_FFFFFF_00.jpg``). Everything derives from
+:class:`SyntheticSpec` and its seed: the same spec writes byte-identical files.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from .bases import DatasetFormatError
+from .synthetic_render import (OUT_H, OUT_W, Camera, Identity, make_camera, make_identity,
+                               make_outfit_table, render_image)
+
+logger = logging.getLogger(__name__)
+
+GENERATOR_VERSION = 1
+MARKER = ".complete"  # written last inside the folder; its presence means "fully written"
+SPLIT_DIRS = {"train": "bounding_box_train", "query": "query", "gallery": "bounding_box_test"}
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Every setting of the generator; the defaults (the built-in benchmark) live here only.
+
+    Args:
+        num_train_ids, num_test_ids: identities in the training / test split.
+        num_cameras: cameras (each with its own scene, lighting and colour cast).
+        cams_per_id: (min, max) cameras that see one identity (min >= 2).
+        images_per_cam: (min, max) images of an identity per camera that sees it.
+        num_distractors: gallery images (pid 0) of people outside both splits.
+        palette_size: (upper, lower) clothing-colour pairs shared by all identities; small
+            values make many identities wear the same colours.
+        occlusion_prob: probability of a partial occluder per image.
+        noise: largest standard deviation of the pixel noise (0..255).
+        cast_strength: largest per-channel deviation of a camera's colour cast.
+        blur: largest per-image blur radius (pixels) on top of the camera's.
+        seed: the seed everything derives from.
+        jpeg_quality: JPEG quality of the written files.
+    """
+
+    num_train_ids: int = 300
+    num_test_ids: int = 300
+    num_cameras: int = 6
+    cams_per_id: Tuple[int, int] = (2, 5)
+    images_per_cam: Tuple[int, int] = (2, 5)
+    num_distractors: int = 100
+    palette_size: int = 24
+    occlusion_prob: float = 0.25
+    noise: float = 6.0
+    cast_strength: float = 0.15
+    blur: float = 1.0
+    seed: int = 0
+    jpeg_quality: int = 90
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` (one line) when the settings cannot make a valid benchmark."""
+        lo, hi = self.cams_per_id
+        if not 2 <= lo <= hi <= self.num_cameras:
+            raise ValueError(f"SyntheticSpec: cams_per_id {self.cams_per_id} must satisfy "
+                             f"2 <= min <= max <= num_cameras ({self.num_cameras})")
+        if not 1 <= self.images_per_cam[0] <= self.images_per_cam[1]:
+            raise ValueError(f"SyntheticSpec: images_per_cam {self.images_per_cam} must satisfy "
+                             f"1 <= min <= max")
+        if self.num_train_ids < 1 or self.num_test_ids < 1 or self.palette_size < 1:
+            raise ValueError("SyntheticSpec: num_train_ids, num_test_ids and palette_size must "
+                             "be >= 1")
+        if self.num_train_ids + self.num_test_ids > 9999:
+            raise ValueError("SyntheticSpec: at most 9,999 identities fit the 4-digit file names")
+
+
+DEFAULT_SPEC = SyntheticSpec()
+TINY_SPEC = SyntheticSpec(num_train_ids=24, num_test_ids=16, num_cameras=3, cams_per_id=(2, 3),
+                          images_per_cam=(2, 3), num_distractors=10, palette_size=6)
+
+
+@dataclass(frozen=True)
+class PlannedImage:
+    """One image to write: who (identity index), where (camera), which split and file name."""
+
+    split: str
+    pid: int        # the pid in the file name (0 for distractors)
+    identity: int   # index into the identity list (distractors have their own)
+    camera: int     # 0-based
+    frame: int      # per-camera frame counter (keeps file names unique)
+
+    @property
+    def file_name(self) -> str:
+        """``PPPP_cCs1_FFFFFF_00.jpg`` (camera 1-based, as in Market-1501)."""
+        return f"{self.pid:04d}_c{self.camera + 1}s1_{self.frame:06d}_00.jpg"
+
+    @property
+    def rel_path(self) -> str:
+        """The path relative to the dataset folder."""
+        return os.path.join(SPLIT_DIRS[self.split], self.file_name)
+
+
+class SyntheticWorld:
+    """The identities and cameras of a spec, and the plan of which image goes where.
+
+    Args:
+        spec: the generator settings.
+    """
+
+    def __init__(self, spec: SyntheticSpec = DEFAULT_SPEC):
+        spec.validate()
+        self.spec = spec
+        outfits = make_outfit_table(np.random.default_rng([spec.seed, 3]), spec.palette_size)
+        n_people = spec.num_train_ids + spec.num_test_ids + spec.num_distractors
+        # Identity k (1-based) is pid k for train and test ids; distractors follow.
+        self.identities: List[Identity] = [
+            make_identity(np.random.default_rng([spec.seed, 2, k]), outfits)
+            for k in range(1, n_people + 1)]
+        self.cameras: List[Camera] = [
+            make_camera(np.random.default_rng([spec.seed, 4, c]), spec.cast_strength)
+            for c in range(spec.num_cameras)]
+        self.plan: List[PlannedImage] = self._make_plan()
+
+    def _make_plan(self) -> List[PlannedImage]:
+        """Decide every image: cameras and image counts per id, query picks, distractors."""
+        spec = self.spec
+        rng = np.random.default_rng([spec.seed, 0])
+        frames = [0] * spec.num_cameras
+        plan: List[PlannedImage] = []
+
+        def add(split: str, pid: int, identity: int, cam: int) -> None:
+            frames[cam] += 1
+            plan.append(PlannedImage(split, pid, identity, cam, frames[cam]))
+
+        for pid in range(1, spec.num_train_ids + spec.num_test_ids + 1):
+            n_cams = int(rng.integers(spec.cams_per_id[0], spec.cams_per_id[1] + 1))
+            cams = sorted(int(c) for c in rng.choice(spec.num_cameras, n_cams, replace=False))
+            counts = [int(rng.integers(spec.images_per_cam[0], spec.images_per_cam[1] + 1))
+                      for _ in cams]
+            if pid <= spec.num_train_ids:
+                for cam, count in zip(cams, counts):
+                    for _ in range(count):
+                        add("train", pid, pid - 1, cam)
+                continue
+            # Query: one image per camera for a subset of the cameras, leaving at least one
+            # camera wholly in the gallery so every query has a cross-camera match.
+            n_query = int(rng.integers(1, n_cams))
+            query_cams = set(int(c) for c in rng.choice(cams, n_query, replace=False))
+            for cam, count in zip(cams, counts):
+                for k in range(count):
+                    add("query" if cam in query_cams and k == 0 else "gallery", pid, pid - 1, cam)
+        first = spec.num_train_ids + spec.num_test_ids
+        for d in range(spec.num_distractors):
+            add("gallery", 0, first + d, int(rng.integers(spec.num_cameras)))
+        return plan
+
+    def render(self, item: PlannedImage) -> Image.Image:
+        """Render the planned image (deterministic: seeded by the image's identity and frame)."""
+        spec = self.spec
+        rng = np.random.default_rng([spec.seed, 1, item.identity, item.camera, item.frame])
+        return render_image(self.identities[item.identity], self.cameras[item.camera], rng,
+                            spec.occlusion_prob, spec.noise, spec.blur)
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        """``{split: {"ids": n, "images": n}}`` of the plan."""
+        out = {}
+        for split in SPLIT_DIRS:
+            items = [p for p in self.plan if p.split == split]
+            out[split] = {"ids": len({p.pid for p in items}), "images": len(items)}
+        return out
+
+
+def generate_synthetic_reid(out_dir: str, spec: SyntheticSpec = DEFAULT_SPEC) -> Dict:
+    """Write the benchmark into ``out_dir`` (created if needed); the marker file last.
+
+    Not atomic on its own: use :func:`ensure_synthetic_reid` to create a dataset folder.
+
+    Args:
+        out_dir: the folder to write into.
+        spec: the generator settings.
+    Returns:
+        The marker content: generator version, spec and counts.
+    """
+    start = time.perf_counter()
+    world = SyntheticWorld(spec)
+    for sub in SPLIT_DIRS.values():
+        os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
+    total = len(world.plan)
+    logger.info("Generating SyntheticReID (%d images) in %s ...", total, out_dir)
+    report_every = max(500, total // 10)
+    for n, item in enumerate(world.plan, 1):
+        world.render(item).save(os.path.join(out_dir, item.rel_path), quality=spec.jpeg_quality)
+        if n % report_every == 0 or n == total:
+            logger.info("  %d / %d images (%.1f s)", n, total, time.perf_counter() - start)
+    info = {"generator_version": GENERATOR_VERSION, "spec": dataclasses.asdict(spec),
+            "counts": world.counts()}
+    with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
+def ensure_synthetic_reid(root: str, folder: str = "SyntheticReID",
+                          spec: SyntheticSpec = DEFAULT_SPEC, force: bool = False) -> str:
+    """Return ``<root>/<folder>``, generating it first if it is not complete yet.
+
+    Generation writes into a temporary sibling folder and renames it into place, so a
+    reader never sees a half-written set; if another process finishes first, ours is
+    discarded.
+
+    Args:
+        root: the data root.
+        folder: the dataset folder name under the root.
+        spec: the generator settings used when generating.
+        force: replace an existing complete folder (used by ``tools/make_synthetic.py``).
+    Returns:
+        The dataset folder path.
+    Raises:
+        DatasetFormatError: the folder exists without its completion marker (and not ``force``).
+        OSError: the data root is not writable (one line naming the fix).
+    """
+    final = os.path.join(root, folder)
+    marker = os.path.join(final, MARKER)
+    if os.path.isfile(marker) and not force:
+        return final
+    if os.path.exists(final) and not os.path.isfile(marker) and not force:
+        raise DatasetFormatError(
+            f"'{final}' exists but has no '{MARKER}' marker (an interrupted or foreign copy); "
+            f"delete it and SyntheticReID will be regenerated")
+    try:
+        os.makedirs(root, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{folder}.tmp-", dir=root)
+    except OSError as e:
+        raise OSError(
+            f"cannot write {folder} under the data root '{root}' ({e.strerror}); set "
+            f"DATASETS.ROOT (or $REID_DATASETS) to a writable folder") from None
+    try:
+        os.chmod(tmp, 0o755)  # mkdtemp makes it private; the dataset should be readable
+        generate_synthetic_reid(tmp, spec)
+        if force and os.path.isdir(final):
+            old = tempfile.mkdtemp(prefix=f".{folder}.old-", dir=root)
+            os.rename(final, os.path.join(old, folder))
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not os.path.isfile(marker):
+                raise
+            logger.info("%s was completed by another process meanwhile; discarding ours", final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def read_marker(dataset_dir: str) -> Optional[Dict]:
+    """Return the marker content of a generated folder, or None when it has none."""
+    path = os.path.join(dataset_dir, MARKER)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def colour_sharing_groups(world: SyntheticWorld, pids: Sequence[int]) -> Dict[int, List[int]]:
+    """Group ``pids`` (1-based) by shared outfit colours; only groups of 2+ are returned."""
+    groups: Dict[int, List[int]] = {}
+    for pid in pids:
+        groups.setdefault(world.identities[pid - 1].outfit, []).append(pid)
+    return {k: v for k, v in groups.items() if len(v) > 1}
+
+
+def write_contact_sheet(path: str, spec: SyntheticSpec = DEFAULT_SPEC, num_ids: int = 12,
+                        zoom: int = 2) -> str:
+    """Write a PNG grid of samples: rows = test identities, columns = cameras.
+
+    Identities wearing the same colours are placed on neighbouring rows, to show that
+    colour alone does not separate them.
+
+    Args:
+        path: the output PNG.
+        spec: the generator settings.
+        num_ids: the number of rows.
+        zoom: integer upscaling for viewing.
+    Returns:
+        ``path``.
+    """
+    world = SyntheticWorld(spec)
+    test_pids = list(range(spec.num_train_ids + 1, spec.num_train_ids + spec.num_test_ids + 1))
+    rows: List[int] = []
+    for group in colour_sharing_groups(world, test_pids).values():
+        rows.extend(group[:3])
+    rows = (rows + [p for p in test_pids if p not in rows])[:num_ids]
+    gap, label_w = 2, 34
+    sheet = Image.new("RGB", (label_w + spec.num_cameras * (OUT_W + gap),
+                              len(rows) * (OUT_H + gap) + 14), (255, 255, 255))
+    draw = ImageDraw.Draw(sheet)
+    for c in range(spec.num_cameras):
+        draw.text((label_w + c * (OUT_W + gap) + 20, 1), f"c{c + 1}", fill=(0, 0, 0))
+    for r, pid in enumerate(rows):
+        y = 14 + r * (OUT_H + gap)
+        draw.text((2, y + OUT_H // 2 - 5), f"{pid:04d}", fill=(0, 0, 0))
+        for c in range(spec.num_cameras):
+            item = PlannedImage("gallery", pid, pid - 1, c, 0)
+            sheet.paste(world.render(item), (label_w + c * (OUT_W + gap), y))
+    if zoom > 1:
+        sheet = sheet.resize((sheet.width * zoom, sheet.height * zoom), Image.NEAREST)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    sheet.save(path)
+    return path
