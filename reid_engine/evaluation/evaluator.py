@@ -1,0 +1,252 @@
+"""The evaluator protocol, the inference loop, and result printing / checking."""
+import datetime
+import logging
+import math
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Mapping, Optional, Sequence
+
+import torch
+from tabulate import tabulate
+
+from reid_engine.utils import comm
+from reid_engine.utils.logger import log_every_n_seconds
+
+__all__ = [
+    "DatasetEvaluator",
+    "DatasetEvaluators",
+    "inference_context",
+    "inference_on_dataset",
+    "print_csv_format",
+    "verify_results",
+]
+
+logger = logging.getLogger(__name__)
+
+# Seconds between progress lines of the inference loop.
+_PROGRESS_PERIOD = 5
+# Batches at the start that are left out of the speed figures (allocator, cudnn warm-up).
+_WARMUP_BATCHES = 5
+
+
+class DatasetEvaluator:
+    """Base class of evaluators: ``reset()``, then ``process(inputs, outputs)`` per batch, then ``evaluate()``."""
+
+    def reset(self) -> None:
+        """Prepare for a new round of evaluation."""
+
+    def process(self, inputs, outputs) -> None:
+        """Accumulate one batch.
+
+        Args:
+            inputs: the batch dict given to the model.
+            outputs: what the model returned for it.
+        """
+
+    def evaluate(self):
+        """Return the results (a dict of floats, possibly nested), or None/{} on non-main ranks."""
+
+
+class DatasetEvaluators(DatasetEvaluator):
+    """Runs several evaluators as one; their result dicts are merged (names must not collide)."""
+
+    def __init__(self, evaluators: Sequence[DatasetEvaluator]):
+        """
+        Args:
+            evaluators: the evaluators to run.
+        """
+        super().__init__()
+        self._evaluators = list(evaluators)
+
+    def reset(self) -> None:
+        """Reset every evaluator."""
+        for evaluator in self._evaluators:
+            evaluator.reset()
+
+    def process(self, inputs, outputs) -> None:
+        """Give the batch to every evaluator."""
+        for evaluator in self._evaluators:
+            evaluator.process(inputs, outputs)
+
+    def evaluate(self):
+        """Return the merged results of all evaluators (on the main process)."""
+        results = OrderedDict()
+        for evaluator in self._evaluators:
+            result = evaluator.evaluate()
+            if comm.is_main_process() and result is not None:
+                for key, value in result.items():
+                    if key in results:
+                        raise KeyError(f"two evaluators both produced the result {key!r}; give them distinct names")
+                    results[key] = value
+        return results
+
+
+@contextmanager
+def inference_context(model: torch.nn.Module):
+    """Put `model` in eval mode for the block and restore its previous mode afterwards, even on error."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _synchronize_device(model: torch.nn.Module) -> None:
+    """Wait for queued CUDA work so that timings measure it."""
+    if torch.cuda.is_available():
+        try:
+            device = next(model.parameters()).device
+        except StopIteration:
+            return
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def _flip_averaged(model, inputs):
+    """Mean of the features of the batch and of its horizontally mirrored copy."""
+    outputs = model(inputs)
+    flipped = dict(inputs)
+    flipped["images"] = inputs["images"].flip(3)
+    return (outputs + model(flipped)) / 2
+
+
+def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False):
+    """Run `model` over `data_loader` and evaluate its outputs.
+
+    The model runs in eval mode under ``torch.no_grad()``; its training mode is restored
+    afterwards, also on error. Progress (images/s, ETA) is logged at most every few
+    seconds; total and pure-compute times are logged at the end.
+
+    Args:
+        model: called as ``model(batch)``; returns (B, D) features.
+        data_loader: iterable of batch dicts with "images" (B, 3, H, W).
+        evaluator: receives ``process(inputs, outputs)``; None runs the model only.
+        flip_test: average the features of each image and its mirror (TEST.FLIP).
+
+    Returns:
+        ``evaluator.evaluate()`` (on the main process; None without an evaluator).
+    """
+    num_devices = comm.get_world_size()
+    try:
+        total = len(data_loader)
+    except TypeError:
+        total = None
+    logger.info("Start inference on %s batches%s", total if total is not None else "?",
+                " with flip test" if flip_test else "")
+    if evaluator is not None:
+        evaluator.reset()
+    warmup = min(_WARMUP_BATCHES, total - 1) if total else 0
+    images = 0
+    start_time = time.perf_counter()
+    timed_start, timed_images, compute_time = start_time, 0, 0.0
+    with inference_context(model), torch.no_grad():
+        for idx, inputs in enumerate(data_loader):
+            if idx == warmup:
+                timed_start, timed_images, compute_time = time.perf_counter(), 0, 0.0
+            batch_size = int(inputs["images"].shape[0])
+            compute_start = time.perf_counter()
+            outputs = _flip_averaged(model, inputs) if flip_test else model(inputs)
+            _synchronize_device(model)
+            compute_time += time.perf_counter() - compute_start
+            if evaluator is not None:
+                evaluator.process(inputs, outputs)
+            images += batch_size
+            timed_images += batch_size if idx >= warmup else 0
+            elapsed = time.perf_counter() - timed_start
+            if idx >= warmup and elapsed > 0 and timed_images:
+                speed = timed_images / elapsed
+                if total:
+                    seconds_left = elapsed / (idx + 1 - warmup) * (total - idx - 1)
+                    eta = str(datetime.timedelta(seconds=int(seconds_left)))
+                    progress = f"Inference done {idx + 1}/{total}. {speed:.1f} images/s. ETA={eta}"
+                else:
+                    progress = f"Inference done {idx + 1} batches. {speed:.1f} images/s."
+                log_every_n_seconds(logging.INFO, progress, n=_PROGRESS_PERIOD, name=__name__)
+    total_time = time.perf_counter() - start_time
+    timed = max(timed_images, 1)
+    logger.info(
+        "Total inference time: %s (%.6f s / img per device, on %d devices)",
+        datetime.timedelta(seconds=int(total_time)), (time.perf_counter() - timed_start) / timed, num_devices,
+    )
+    logger.info(
+        "Total inference pure compute time: %s (%.6f s / img per device, on %d devices)",
+        datetime.timedelta(seconds=int(compute_time)), compute_time / timed, num_devices,
+    )
+    if evaluator is None:
+        return None
+    results = evaluator.evaluate()
+    # An evaluator may return None on non-main processes; callers expect a dict.
+    return {} if results is None else results
+
+
+def _as_table_rows(results: Mapping):
+    """Turn ``{dataset: {metric: value}}`` or a flat ``{metric: value}`` into (names, rows)."""
+    if results and all(isinstance(v, Mapping) for v in results.values()):
+        names = list(next(iter(results.values())).keys())
+        rows = [[dataset] + [metrics.get(name, float("nan")) for name in names] for dataset, metrics in results.items()]
+        return names, rows
+    flat = dict(results)
+    dataset = flat.pop("dataset", "results")
+    return list(flat.keys()), [[dataset] + list(flat.values())]
+
+
+def print_csv_format(results: Mapping) -> str:
+    """Log results as a table and as machine-readable ``copypaste:`` lines.
+
+    Args:
+        results: ``{dataset: {metric: value}}`` (one row per dataset), or one dataset's
+            flat ``{metric: value}`` (optionally with a "dataset" entry naming it).
+
+    Returns:
+        str: the table that was logged.
+    """
+    if not results:
+        logger.info("No evaluation results to print")
+        return ""
+    names, rows = _as_table_rows(results)
+    table = tabulate(rows, headers=["Dataset"] + names, tablefmt="pipe", floatfmt=".2f", numalign="left")
+    logger.info("Evaluation results in csv format:\n%s", table)
+    logger.info("copypaste: %s", ",".join(["Dataset"] + names))
+    for row in rows:
+        logger.info("copypaste: %s", ",".join([str(row[0])] + [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row[1:]]))
+    return table
+
+
+def verify_results(cfg, results: Mapping) -> bool:
+    """Check results against ``TEST.EXPECTED_RESULTS`` ([[dataset, metric, value, tolerance], ...]).
+
+    A value outside its tolerance (or NaN) is a failed check: every failure is logged
+    as an error and False is returned, leaving the exit code to the caller. A
+    malformed entry, or a dataset/metric absent from the results, is a configuration
+    mistake and raises ValueError.
+
+    Args:
+        cfg: config holding TEST.EXPECTED_RESULTS.
+        results: ``{dataset: {metric: value}}``.
+
+    Returns:
+        bool: True when every expectation holds (also when there are none).
+    """
+    expected = cfg.TEST.EXPECTED_RESULTS
+    if not expected:
+        return True
+    ok = True
+    for entry in expected:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 4:
+            raise ValueError(f"TEST.EXPECTED_RESULTS entry {entry!r} must be [dataset, metric, value, tolerance]")
+        dataset, metric, value, tolerance = entry
+        if dataset not in results:
+            raise ValueError(f"TEST.EXPECTED_RESULTS names dataset {dataset!r} but results have {list(results)}")
+        if metric not in results[dataset]:
+            raise ValueError(f"TEST.EXPECTED_RESULTS names metric {metric!r} of {dataset!r} but results have "
+                             f"{list(results[dataset])}")
+        actual = float(results[dataset][metric])
+        if not math.isfinite(actual) or abs(actual - float(value)) > float(tolerance):
+            logger.error("Result check failed: %s %s = %.4f, expected %.4f +- %.4f",
+                         dataset, metric, actual, float(value), float(tolerance))
+            ok = False
+    if ok:
+        logger.info("Results verification passed.")
+    return ok

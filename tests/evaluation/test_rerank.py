@@ -1,0 +1,62 @@
+"""k-reciprocal re-ranking against a dense, loop-based implementation of the reference steps."""
+import numpy as np
+import pytest
+import torch
+
+from reid_engine.evaluation import compute_distance_matrix, iter_rerank_chunks, k_reciprocal_rerank
+
+from .reference import dense_rerank
+
+
+def _pool(seed, num_query, num_gallery, dim=8, ids=6, duplicates=False):
+    gen = torch.Generator().manual_seed(seed)
+    centers = torch.randn(ids, dim, generator=gen)
+    pids = torch.randint(0, ids, (num_query + num_gallery,), generator=gen)
+    feats = centers[pids] + 0.7 * torch.randn(num_query + num_gallery, dim, generator=gen)
+    if duplicates:  # exact distance ties exercise the stable neighbour order
+        feats[num_query + 3] = feats[num_query + 1]
+        feats[2] = feats[num_query + 5]
+    return feats[:num_query], feats[num_query:]
+
+
+def _dense_expected(qf, gf, k1, k2, lam, metric, chunk):
+    pool = torch.cat([qf, gf])
+    dist = compute_distance_matrix(pool, pool, metric, chunk_size=chunk)  # the same float32 values
+    dist = dist / dist.amax(0)  # step 1: each column divided by its maximum
+    return dense_rerank(dist.numpy(), qf.shape[0], k1, k2, lam)
+
+
+@pytest.mark.parametrize("seed,k1,k2,metric,duplicates", [
+    (0, 6, 3, "cosine", False),
+    (1, 5, 1, "euclidean", False),
+    (2, 20, 6, "cosine", True),
+    (3, 7, 4, "euclidean", True),
+])
+def test_rerank_equals_dense_reference(seed, k1, k2, metric, duplicates):
+    qf, gf = _pool(seed, 9, 41, duplicates=duplicates)
+    chunk = 11
+    expected = _dense_expected(qf, gf, k1, k2, 0.3, metric, chunk)
+    got = k_reciprocal_rerank(qf, gf, k1=k1, k2=k2, lambda_value=0.3, metric=metric, chunk_size=chunk)
+    assert got.shape == (9, 41)
+    np.testing.assert_allclose(got.numpy(), expected, atol=2e-6)
+
+
+def test_blocks_follow_query_rows():
+    qf, gf = _pool(5, 12, 30)
+    blocks = list(iter_rerank_chunks(qf, gf, k1=6, k2=3, chunk_size=5))
+    assert [s for s, _ in blocks] == sorted(s for s, _ in blocks) and blocks[0][0] == 0
+    assert sum(b.shape[0] for _, b in blocks) == 12
+
+
+def test_lambda_one_gives_normalised_original_distance():
+    qf, gf = _pool(4, 5, 20)
+    got = k_reciprocal_rerank(qf, gf, k1=4, k2=2, lambda_value=1.0)
+    pool = torch.cat([qf, gf])
+    dist = compute_distance_matrix(pool, pool, "cosine")
+    np.testing.assert_allclose(got.numpy(), (dist / dist.amax(0))[:5, 5:].numpy(), atol=1e-6)
+
+
+def test_bad_parameters():
+    qf, gf = _pool(4, 3, 10)
+    with pytest.raises(ValueError, match="TEST.RERANK"):
+        k_reciprocal_rerank(qf, gf, k1=0)
