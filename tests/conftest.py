@@ -4,6 +4,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
+
+# Tiny models on a 2-core machine: one intra-op thread avoids thread contention
+# (test runtimes drop several-fold) and keeps numerics the same run to run.
+torch.set_num_threads(1)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -56,7 +56,7 @@ class SyntheticSpec:
     images_per_cam: Tuple[int, int] = (2, 5)
     num_distractors: int = 100
     palette_size: int = 24
-    occlusion_prob: float = 0.25
+    occlusion_prob: float = 0.15
     noise: float = 6.0
     cast_strength: float = 0.15
     blur: float = 1.0
