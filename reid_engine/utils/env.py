@@ -9,7 +9,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from .errors import DeviceUnavailableError
+from .errors import DeviceUnavailableError, InvalidDeviceError
 
 __all__ = ["seed_all_rng", "get_rng_states", "set_rng_states", "resolve_device"]
 
@@ -101,7 +101,7 @@ def resolve_device(name: Union[str, torch.device]) -> torch.device:
         return torch.device("cpu")
     match = _CUDA_DEVICE_RE.match(text)
     if match is None:
-        raise DeviceUnavailableError(f"unknown device '{name}': set MODEL.DEVICE to auto, cpu, cuda or cuda:N")
+        raise InvalidDeviceError(f"unknown device '{name}': set MODEL.DEVICE to auto, cpu, cuda or cuda:N")
     if not torch.cuda.is_available():
         raise DeviceUnavailableError(f"device '{name}' requested but CUDA is not available: set MODEL.DEVICE cpu (or auto)")
     index = match.group(2)

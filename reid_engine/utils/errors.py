@@ -4,7 +4,7 @@ An error of this kind carries a one-line message that names the problem and the 
 the command line prints that line alone instead of a traceback.
 """
 
-__all__ = ["ReidUserError", "DeviceUnavailableError"]
+__all__ = ["ReidUserError", "DeviceUnavailableError", "InvalidDeviceError"]
 
 
 class ReidUserError(Exception):
@@ -13,3 +13,7 @@ class ReidUserError(Exception):
 
 class DeviceUnavailableError(ReidUserError, RuntimeError):
     """MODEL.DEVICE names a device this machine does not have."""
+
+
+class InvalidDeviceError(ReidUserError, ValueError):
+    """MODEL.DEVICE is not a device name torch understands."""
