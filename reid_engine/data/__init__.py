@@ -1,12 +1,13 @@
 """Data: datasets, augmentations, samplers and the train / test loaders."""
 
-from .build import DevicePrefetcher, TrainLoader, build_reid_test_loader, build_reid_train_loader
+from .build import (DevicePrefetcher, TrainLoader, build_reid_inference_loader, build_reid_test_loader,
+                    build_reid_train_loader)
 from .common import ImageReadError, read_image
 from .datasets import DATASET_REGISTRY
 from .samplers import SAMPLER_REGISTRY
 from .transforms import build_transforms
 
 __all__ = [
-    "build_reid_train_loader", "build_reid_test_loader", "DevicePrefetcher", "TrainLoader",
+    "build_reid_train_loader", "build_reid_test_loader", "build_reid_inference_loader", "DevicePrefetcher", "TrainLoader",
     "DATASET_REGISTRY", "SAMPLER_REGISTRY", "build_transforms", "read_image", "ImageReadError",
 ]

@@ -8,7 +8,7 @@ stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any 
 """
 
 import logging
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -275,13 +275,30 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     if not dataset.query or not dataset.gallery:
         raise ValueError(f"{dataset_name}: the query or gallery split is empty; check its "
                          f"folders under the data root")
+    return build_reid_inference_loader(cfg, items), len(dataset.query)
+
+
+def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
+                                transform: Optional[Callable] = None) -> DataLoader:
+    """A loader over this rank's contiguous shard of `items`, in item order.
+
+    Used for evaluation and for feature extraction of any list of images.
+
+    Args:
+        cfg: the config (TEST.IMS_PER_BATCH split over the workers, DATALOADER.NUM_WORKERS,
+            INPUT.* for the default test transforms).
+        items: every `(path, pid, camid)` of the job, in order.
+        transform: the image pipeline (default: `build_transforms(cfg, is_train=False)`).
+    Returns:
+        DataLoader of `{"images", "targets", "camids", "img_paths"}` batches.
+    """
     batch_size = max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
     sampler = InferenceSampler(len(items))
+    pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     # Test loaders run now and then; non-persistent workers free their memory in between.
-    loader = DataLoader(ImageItemSet(items, build_transforms(cfg, is_train=False)),
-                        batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
-                        collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
-    return loader, len(dataset.query)
+    return DataLoader(ImageItemSet(items, pipeline),
+                      batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
+                      collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
 
 
 def _to_device(batch: Dict[str, Any], device: torch.device, non_blocking: bool) -> Dict[str, Any]:

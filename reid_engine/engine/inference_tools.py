@@ -20,15 +20,11 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader
 
 from ..config import CfgNode, ConfigError
-from ..data import DevicePrefetcher, ImageReadError, read_image
-from ..data.build import collate_samples
-from ..data.common import ImageItemSet
+from ..data import DevicePrefetcher, ImageReadError, build_reid_inference_loader, read_image
 from ..data.datasets import DatasetFormatError, get_dataset, resolve_data_root
 from ..data.datasets.paths import IMAGE_EXTENSIONS
-from ..data.samplers import InferenceSampler
 from ..evaluation.rank import NoValidQueryError
 from ..modeling import build_model
 from ..utils import comm
@@ -49,7 +45,6 @@ __all__ = [
     "list_image_files",
     "load_dataset",
     "collect_items",
-    "build_items_loader",
     "ProgressMeter",
     "extract_shard_features",
     "gather_features",
@@ -295,25 +290,6 @@ def collect_items(cfg: CfgNode, split: Optional[str] = None, dataset_name: Optio
     return items
 
 
-def build_items_loader(cfg: CfgNode, items: Sequence[Item], transform: Callable) -> DataLoader:
-    """A loader over this worker's contiguous shard of `items` (InferenceSampler rule).
-
-    Args:
-        cfg: the config (TEST.IMS_PER_BATCH split over the workers, DATALOADER.NUM_WORKERS).
-        items: all items of the job, in order.
-        transform: the test pipeline.
-    Returns:
-        DataLoader of ``{"images", "targets", "camids", "img_paths"}`` batches, in item order.
-    """
-    batch_size = max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
-    sampler = InferenceSampler(len(items))
-    num_workers = int(cfg.DATALOADER.NUM_WORKERS)
-    return DataLoader(ImageItemSet(items, transform),
-                      batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
-                      collate_fn=collate_samples, num_workers=num_workers,
-                      pin_memory=torch.cuda.is_available())
-
-
 # --------------------------------------------------------------------------- progress
 
 
@@ -376,7 +352,7 @@ def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extrac
         features of unit norm, in item order (n may be 0 when there are more workers
         than items; D is then 0 too).
     """
-    loader = build_items_loader(predictor.cfg, items, predictor.transforms)
+    loader = build_reid_inference_loader(predictor.cfg, items, predictor.transforms)
     sampler = loader.batch_sampler.sampler
     world = comm.get_world_size()
     label = f"{what} (worker {comm.get_rank()} of {world})" if world > 1 else what
