@@ -6,13 +6,11 @@ config and MODEL.WEIGHTS, images in any of the accepted forms, the items of a da
 split or an image folder, a sharded loader over them, and progress lines. They live
 here once.
 """
-import datetime
 import importlib
 import json
 import logging
 import os
 import sys
-import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -22,9 +20,10 @@ from PIL import Image
 from torch import nn
 
 from ..config import CfgNode, ConfigError
-from ..data import DevicePrefetcher, ImageReadError, build_reid_inference_loader, read_image
+from ..data import ImageReadError, build_reid_inference_loader, read_image
 from ..data.datasets import DatasetFormatError, get_dataset, resolve_data_root
 from ..data.datasets.paths import IMAGE_EXTENSIONS
+from ..evaluation import DatasetEvaluator, inference_on_dataset
 from ..evaluation.rank import NoValidQueryError
 from ..modeling import build_model
 from ..utils import comm
@@ -45,7 +44,6 @@ __all__ = [
     "list_image_files",
     "load_dataset",
     "collect_items",
-    "ProgressMeter",
     "extract_shard_features",
     "gather_features",
     "FEATURE_FORMATS",
@@ -290,61 +288,31 @@ def collect_items(cfg: CfgNode, split: Optional[str] = None, dataset_name: Optio
     return items
 
 
-# --------------------------------------------------------------------------- progress
-
-
-class ProgressMeter:
-    """Logs "<what>: done/total <unit> (rate <unit>/s, ETA h:mm:ss)" at most every `period` seconds.
-
-    Args:
-        total: the amount of work.
-        what: the task, first word of each line.
-        unit: what is counted (e.g. "images").
-        period: seconds between lines (the last line is always logged).
-        log: the logging function (default: this module's logger.info).
-    """
-
-    def __init__(self, total: int, what: str = "Progress", unit: str = "images", period: float = 5.0,
-                 log: Optional[Callable[[str], None]] = None):
-        self.total = int(total)
-        self.what = what
-        self.unit = unit
-        self.period = float(period)
-        self.log = log or logger.info
-        self.done = 0
-        self._start = time.perf_counter()
-        self._last_log = self._start
-
-    def rate(self) -> float:
-        """Units per second since the meter was created."""
-        elapsed = time.perf_counter() - self._start
-        return self.done / elapsed if elapsed > 0 else 0.0
-
-    def line(self) -> str:
-        """The current progress line."""
-        rate = self.rate()
-        remaining = max(0, self.total - self.done)
-        eta = datetime.timedelta(seconds=int(round(remaining / rate))) if rate > 0 else "?"
-        return f"{self.what}: {self.done}/{self.total} {self.unit} ({rate:.1f} {self.unit}/s, ETA {eta})"
-
-    def update(self, n: int) -> None:
-        """Count `n` more units; log a line when due or when the work is complete."""
-        self.done += int(n)
-        now = time.perf_counter()
-        if self.done >= self.total or now - self._last_log >= self.period:
-            self._last_log = now
-            self.log(self.line())
-
-
 # --------------------------------------------------------------------------- features
+
+
+class _FeatureCollector(DatasetEvaluator):
+    """Keeps each batch's model outputs as L2-normalised float32 CPU rows, in order."""
+
+    def reset(self) -> None:
+        self._chunks: List[torch.Tensor] = []
+
+    def process(self, inputs, outputs) -> None:
+        self._chunks.append(l2_normalize(outputs.float()).cpu())
+
+    def evaluate(self) -> np.ndarray:
+        return torch.cat(self._chunks).numpy() if self._chunks else np.zeros((0, 0), dtype=np.float32)
 
 
 def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extracting features"
                            ) -> Tuple[int, np.ndarray]:
     """Embed this worker's contiguous shard of `items` (all of them in a single process).
 
+    Runs the evaluation's inference loop (`inference_on_dataset`: eval mode, flip test,
+    progress lines with images/s and ETA) with the predictor's model and transforms.
+
     Args:
-        predictor: a `DefaultPredictor` (its config, test transforms and `embed_batch`).
+        predictor: a `DefaultPredictor` (its config, model, test transforms and flip flag).
         items: all items of the job, in order.
         what: first words of the progress lines.
     Returns:
@@ -353,18 +321,11 @@ def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extrac
         than items; D is then 0 too).
     """
     loader = build_reid_inference_loader(predictor.cfg, items, predictor.transforms)
-    sampler = loader.batch_sampler.sampler
     world = comm.get_world_size()
     label = f"{what} (worker {comm.get_rank()} of {world})" if world > 1 else what
-    progress = ProgressMeter(len(sampler), what=label)
-    if predictor.device.type == "cuda":
-        loader = DevicePrefetcher(loader, predictor.device)  # copies the next batch while this one runs
-    chunks = []
-    for batch in loader:
-        chunks.append(predictor.embed_batch(batch["images"]))
-        progress.update(len(batch["img_paths"]))
-    features = torch.cat(chunks).numpy() if chunks else np.zeros((0, 0), dtype=np.float32)
-    return sampler.begin, features
+    features = inference_on_dataset(predictor.model, loader, _FeatureCollector(), flip_test=predictor.flip,
+                                    progress_label=label)
+    return loader.batch_sampler.sampler.begin, features
 
 
 def gather_features(begin: int, features: np.ndarray, total: int) -> Optional[np.ndarray]:

@@ -112,7 +112,8 @@ def _flip_averaged(model, inputs):
     return (outputs + model(flipped)) / 2
 
 
-def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False):
+def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False,
+                         progress_label: str = "Inference done"):
     """Run `model` over `data_loader` and evaluate its outputs.
 
     The model runs in eval mode under ``torch.no_grad()``; its training mode is restored
@@ -124,6 +125,7 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
         data_loader: iterable of batch dicts with "images" (B, 3, H, W).
         evaluator: receives ``process(inputs, outputs)``; None runs the model only.
         flip_test: average the features of each image and its mirror (TEST.FLIP).
+        progress_label: the first words of the progress lines.
 
     Returns:
         ``evaluator.evaluate()`` (on the main process; None without an evaluator).
@@ -160,9 +162,9 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
                 if total:
                     seconds_left = elapsed / (idx + 1 - warmup) * (total - idx - 1)
                     eta = str(datetime.timedelta(seconds=int(seconds_left)))
-                    progress = f"Inference done {idx + 1}/{total}. {speed:.1f} images/s. ETA={eta}"
+                    progress = f"{progress_label} {idx + 1}/{total} batches: {speed:.1f} images/s, ETA={eta}"
                 else:
-                    progress = f"Inference done {idx + 1} batches. {speed:.1f} images/s."
+                    progress = f"{progress_label} {idx + 1} batches: {speed:.1f} images/s"
                 log_every_n_seconds(logging.INFO, progress, n=_PROGRESS_PERIOD, name=__name__)
     total_time = time.perf_counter() - start_time
     timed = max(timed_images, 1)

@@ -6,7 +6,7 @@ from PIL import Image
 
 from reid_engine.data import ImageReadError
 from reid_engine.data.datasets import get_dataset
-from reid_engine.engine.inference_tools import (PLACEHOLDER_NUM_CLASSES, ProgressMeter, as_pil_image,
+from reid_engine.engine.inference_tools import (PLACEHOLDER_NUM_CLASSES, as_pil_image,
                                                 checkpoint_num_classes, inference_config)
 
 from ._helpers import TINY_NUM_CLASSES, tiny_cfg
@@ -90,13 +90,3 @@ def test_bad_inputs_give_clear_errors(predictor, tmp_path):
         predictor(str(broken))
     with pytest.raises(ValueError, match="no image given"):
         predictor([])
-
-
-def test_progress_meter_lines():
-    lines = []
-    meter = ProgressMeter(10, what="Extracting", period=3600, log=lines.append)
-    meter.update(4)
-    assert lines == []  # not due yet
-    meter.update(6)
-    assert len(lines) == 1
-    assert lines[0].startswith("Extracting: 10/10 images (") and "images/s, ETA 0:00:00)" in lines[0]
