@@ -38,8 +38,13 @@ from torch import nn  # noqa: E402
 from reid_engine.data import build_transforms  # noqa: E402
 from reid_engine.engine.cli import build_config  # noqa: E402
 from reid_engine.engine.defaults import default_argument_parser  # noqa: E402
-from reid_engine.engine.inference_tools import (FeatureExtractor, ToolError, build_inference_model,  # noqa: E402
-                                                inference_config, run_tool)
+from reid_engine.engine.inference_tools import (  # noqa: E402
+    FeatureExtractor,
+    ToolError,
+    build_inference_model,
+    inference_config,
+    run_tool,
+)
 from reid_engine.utils.logger import setup_logger  # noqa: E402
 
 PROG = "export"

@@ -24,9 +24,17 @@ import torch  # noqa: E402
 
 from reid_engine.engine.cli import build_config  # noqa: E402
 from reid_engine.engine.defaults import default_argument_parser  # noqa: E402
-from reid_engine.engine.inference_tools import (FEATURE_FORMATS, SPLITS, ToolError, collect_items,  # noqa: E402
-                                                extract_shard_features, gather_features, inference_config,
-                                                run_tool, save_features)
+from reid_engine.engine.inference_tools import (  # noqa: E402
+    FEATURE_FORMATS,
+    SPLITS,
+    ToolError,
+    collect_items,
+    extract_shard_features,
+    gather_features,
+    inference_config,
+    run_tool,
+    save_features,
+)
 from reid_engine.engine.launch import launch  # noqa: E402
 from reid_engine.engine.predictor import DefaultPredictor  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402

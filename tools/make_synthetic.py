@@ -19,8 +19,13 @@ import time
 # run from a checkout
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from reid_engine.data.datasets import (DEFAULT_SPEC, TINY_SPEC, ensure_synthetic_reid,  # noqa: E402
-                                       resolve_data_root, write_contact_sheet)
+from reid_engine.data.datasets import (  # noqa: E402
+    DEFAULT_SPEC,
+    TINY_SPEC,
+    ensure_synthetic_reid,
+    resolve_data_root,
+    write_contact_sheet,
+)
 
 logger = logging.getLogger("make_synthetic")
 

@@ -32,8 +32,14 @@ from PIL import Image  # noqa: E402
 from reid_engine.data import read_image  # noqa: E402
 from reid_engine.engine.cli import build_config  # noqa: E402
 from reid_engine.engine.defaults import default_argument_parser  # noqa: E402
-from reid_engine.engine.inference_tools import (ToolError, extract_shard_features, inference_config,  # noqa: E402
-                                                load_dataset, require_module, run_tool)
+from reid_engine.engine.inference_tools import (  # noqa: E402
+    ToolError,
+    extract_shard_features,
+    inference_config,
+    load_dataset,
+    require_module,
+    run_tool,
+)
 from reid_engine.engine.predictor import DefaultPredictor  # noqa: E402
 from reid_engine.evaluation.distance import compute_distance_matrix  # noqa: E402
 from reid_engine.evaluation.rank import RankAccumulator  # noqa: E402

@@ -1,7 +1,12 @@
 """Data: datasets, augmentations, samplers and the train / test loaders."""
 
-from .build import (DevicePrefetcher, TrainLoader, build_reid_inference_loader, build_reid_test_loader,
-                    build_reid_train_loader)
+from .build import (
+                    DevicePrefetcher,
+                    TrainLoader,
+                    build_reid_inference_loader,
+                    build_reid_test_loader,
+                    build_reid_train_loader,
+)
 from .common import ImageReadError, read_image
 from .datasets import DATASET_REGISTRY
 from .samplers import SAMPLER_REGISTRY

@@ -27,7 +27,7 @@ from ..evaluation import DatasetEvaluator, inference_on_dataset
 from ..evaluation.rank import NoValidQueryError
 from ..modeling import build_model
 from ..utils import comm
-from ..utils.checkpoint import CheckpointError, Checkpointer, load_checkpoint_file
+from ..utils.checkpoint import Checkpointer, CheckpointError, load_checkpoint_file
 from ..utils.file_io import atomic_write, atomic_write_text
 
 __all__ = [

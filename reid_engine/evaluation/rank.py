@@ -21,10 +21,9 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
+from ..utils.errors import ReidUserError
 from .distance import all_finite, as_feature_tensor, default_chunk_size, iter_distance_chunks
 from .matching import GalleryIdIndex, as_id_tensor
-
-from ..utils.errors import ReidUserError
 
 __all__ = ["RankAccumulator", "evaluate_rank", "evaluate_rank_from_features", "NoValidQueryError"]
 

@@ -27,8 +27,8 @@ from fvcore.common.checkpoint import PeriodicCheckpointer as _FvPeriodicCheckpoi
 from fvcore.common.checkpoint import _filter_reused_missing_keys
 
 from . import comm
-from .file_io import atomic_write
 from .errors import ReidUserError
+from .file_io import atomic_write
 
 __all__ = [
     "Checkpointer",

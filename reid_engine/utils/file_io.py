@@ -1,7 +1,7 @@
 """Crash-safe file writes: a reader sees the old content or the new, never a mix."""
 import os
 import tempfile
-from typing import Callable, IO
+from typing import IO, Callable
 
 __all__ = ["atomic_write", "atomic_write_text", "fsync_dir"]
 

@@ -9,8 +9,7 @@ import torch
 from PIL import Image
 
 from reid_engine.config import get_cfg
-from reid_engine.data import (DevicePrefetcher, build_reid_test_loader, build_reid_train_loader,
-                              read_image)
+from reid_engine.data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader, read_image
 from reid_engine.data import build as build_module
 from reid_engine.data.common import ImageReadError
 

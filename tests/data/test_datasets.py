@@ -9,9 +9,15 @@ import shutil
 
 import pytest
 
-from reid_engine.data.datasets import (DATASET_REGISTRY, DatasetFormatError, DatasetNotFoundError,
-                                       ImageDataset, get_dataset, merge_train_sets,
-                                       resolve_data_root)
+from reid_engine.data.datasets import (
+    DATASET_REGISTRY,
+    DatasetFormatError,
+    DatasetNotFoundError,
+    ImageDataset,
+    get_dataset,
+    merge_train_sets,
+    resolve_data_root,
+)
 from reid_engine.data.datasets.vehicleid import split_query_gallery
 
 

@@ -6,10 +6,16 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from reid_engine.data.samplers import (SAMPLER_REGISTRY, BalancedIdentitySampler,
-                                       ImbalancedDatasetSampler, InferenceSampler,
-                                       NaiveIdentitySampler, SetReWeightSampler,
-                                       TrainingSampler, apportion)
+from reid_engine.data.samplers import (
+    SAMPLER_REGISTRY,
+    BalancedIdentitySampler,
+    ImbalancedDatasetSampler,
+    InferenceSampler,
+    NaiveIdentitySampler,
+    SetReWeightSampler,
+    TrainingSampler,
+    apportion,
+)
 
 
 def _items(images_per_id, cams_per_id=3):

@@ -12,12 +12,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from reid_engine.data.datasets import (TINY_SPEC, DatasetFormatError, SyntheticWorld,
-                                       ensure_synthetic_reid, generate_synthetic_reid,
-                                       get_dataset, write_contact_sheet)
-from reid_engine.data.datasets import synthetic_generator
-from reid_engine.data.datasets.synthetic_generator import (MARKER, SPLIT_DIRS,
-                                                           colour_sharing_groups, read_marker)
+from reid_engine.data.datasets import (
+    TINY_SPEC,
+    DatasetFormatError,
+    SyntheticWorld,
+    ensure_synthetic_reid,
+    generate_synthetic_reid,
+    get_dataset,
+    synthetic_generator,
+    write_contact_sheet,
+)
+from reid_engine.data.datasets.synthetic_generator import MARKER, SPLIT_DIRS, colour_sharing_groups, read_marker
 
 NAME = re.compile(r"^(\d{4})_c(\d)s1_(\d{6})_00\.jpg$")
 

@@ -6,10 +6,21 @@ import torch
 from PIL import Image, ImageEnhance
 
 from reid_engine.config import get_cfg
-from reid_engine.data.transforms import (AugMix, AutoAugment, CenterCrop, ColorJitter,
-                                         RandomAffine, RandomErasing, RandomHorizontalFlip,
-                                         RandomPadCrop, RandomPatch, RandomResizedCrop, Resize,
-                                         build_transforms, to_tensor)
+from reid_engine.data.transforms import (
+    AugMix,
+    AutoAugment,
+    CenterCrop,
+    ColorJitter,
+    RandomAffine,
+    RandomErasing,
+    RandomHorizontalFlip,
+    RandomPadCrop,
+    RandomPatch,
+    RandomResizedCrop,
+    Resize,
+    build_transforms,
+    to_tensor,
+)
 
 
 def _array(h=32, w=16, seed=0, low=0, high=256):

@@ -186,7 +186,7 @@ def populated_out(finished_run, tmp_path):
 
 def _assert_one_line_error(proc, *needles):
     assert proc.returncode != 0
-    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert lines, proc.stdout[-2000:]
     err = lines[-1]
     assert err.startswith("reid_engine: error:"), proc.stderr[-3000:]

@@ -12,7 +12,12 @@ from reid_engine.utils.checkpoint import Checkpointer
 from reid_engine.utils.events import CommonMetricPrinter, JSONWriter
 
 from ._engine_fixtures import (  # noqa: F401 (one_torch_thread: autouse fixture)
-    NoOpTrainer, TinyModel, capture_logs, make_batch, make_trainer, one_torch_thread,
+    NoOpTrainer,
+    TinyModel,
+    capture_logs,
+    make_batch,
+    make_trainer,
+    one_torch_thread,
 )
 
 

@@ -10,7 +10,12 @@ from reid_engine.engine.train_loop import AMPTrainer, HookBase, SimpleTrainer, w
 from reid_engine.utils.events import EventStorage
 
 from ._engine_fixtures import (  # noqa: F401 (one_torch_thread: autouse fixture)
-    NoOpTrainer, RecordingHook, ResumableStream, capture_logs, make_trainer, one_torch_thread,
+    NoOpTrainer,
+    RecordingHook,
+    ResumableStream,
+    capture_logs,
+    make_trainer,
+    one_torch_thread,
 )
 
 

@@ -7,9 +7,18 @@ import torch
 from torch import nn
 
 from reid_engine.config import get_cfg
-from reid_engine.evaluation import (DatasetEvaluator, DatasetEvaluators, ReidEvaluator, alpha_query_expansion,
-                                    evaluate_rank, evaluate_rank_from_features, inference_on_dataset,
-                                    k_reciprocal_rerank, print_csv_format, verify_results)
+from reid_engine.evaluation import (
+    DatasetEvaluator,
+    DatasetEvaluators,
+    ReidEvaluator,
+    alpha_query_expansion,
+    evaluate_rank,
+    evaluate_rank_from_features,
+    inference_on_dataset,
+    k_reciprocal_rerank,
+    print_csv_format,
+    verify_results,
+)
 
 
 class LeftRightModel(nn.Module):

@@ -3,8 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from reid_engine.evaluation import (NoValidQueryError, compute_distance_matrix, evaluate_rank,
-                                    evaluate_rank_from_features)
+from reid_engine.evaluation import (
+    NoValidQueryError,
+    compute_distance_matrix,
+    evaluate_rank,
+    evaluate_rank_from_features,
+)
 
 from .reference import protocol_metrics
 

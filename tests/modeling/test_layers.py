@@ -7,8 +7,17 @@ from torch import nn
 from torch.nn import functional as F
 
 from reid_engine.modeling.layers import (
-    CLS_LAYER_REGISTRY, IBN, POOLING_REGISTRY, FrozenBatchNorm2d, GhostBatchNorm, NonLocal,
-    SELayer, build_cls_layer, build_pooling, get_norm)
+    CLS_LAYER_REGISTRY,
+    IBN,
+    POOLING_REGISTRY,
+    FrozenBatchNorm2d,
+    GhostBatchNorm,
+    NonLocal,
+    SELayer,
+    build_cls_layer,
+    build_pooling,
+    get_norm,
+)
 
 
 # ----------------------------------------------------------------------------- norms

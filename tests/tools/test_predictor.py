@@ -6,8 +6,12 @@ from PIL import Image
 
 from reid_engine.data import ImageReadError
 from reid_engine.data.datasets import get_dataset
-from reid_engine.engine.inference_tools import (PLACEHOLDER_NUM_CLASSES, as_pil_image,
-                                                checkpoint_num_classes, inference_config)
+from reid_engine.engine.inference_tools import (
+    PLACEHOLDER_NUM_CLASSES,
+    as_pil_image,
+    checkpoint_num_classes,
+    inference_config,
+)
 
 from ._helpers import TINY_NUM_CLASSES, tiny_cfg
 

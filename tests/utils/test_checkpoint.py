@@ -11,7 +11,12 @@ import torch.nn as nn
 
 from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.checkpoint import (
-    CheckpointError, Checkpointer, PeriodicCheckpointer, format_load_summary, load_checkpoint_file)
+    Checkpointer,
+    CheckpointError,
+    PeriodicCheckpointer,
+    format_load_summary,
+    load_checkpoint_file,
+)
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def test_colored_console_highlights_warnings(fresh_logger, capsys, monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")  # termcolor colours only terminals otherwise
     monkeypatch.delenv("NO_COLOR", raising=False)
     name = fresh_logger("test_logger_color")
-    logger = setup_logger(None, name=name, color=True, abbrev_name="tl")
+    setup_logger(None, name=name, color=True, abbrev_name="tl")
     logging.getLogger(name + ".sub").warning("watch out")
     out = capsys.readouterr().out
     assert "WARNING" in out and "\x1b[" in out and "tl.sub" in out and "watch out" in out

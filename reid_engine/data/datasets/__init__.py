@@ -14,9 +14,15 @@ from .msmt17 import MSMT17
 from .paths import DatasetNotFoundError, resolve_data_root
 from .registry import DATASET_REGISTRY
 from .synthetic import SyntheticReID, SyntheticReIDTiny
-from .synthetic_generator import (DEFAULT_SPEC, TINY_SPEC, SyntheticSpec, SyntheticWorld,
-                                  ensure_synthetic_reid, generate_synthetic_reid,
-                                  write_contact_sheet)
+from .synthetic_generator import (
+                                  DEFAULT_SPEC,
+                                  TINY_SPEC,
+                                  SyntheticSpec,
+                                  SyntheticWorld,
+                                  ensure_synthetic_reid,
+                                  generate_synthetic_reid,
+                                  write_contact_sheet,
+)
 from .vehicleid import LargeVehicleID, MediumVehicleID, SmallVehicleID, VehicleID
 from .veri import VeRi
 

@@ -4,8 +4,14 @@ import logging
 
 from .market_style import MarketStyleDataset
 from .registry import DATASET_REGISTRY
-from .synthetic_generator import (DEFAULT_SPEC, GENERATOR_VERSION, TINY_SPEC, SyntheticSpec,
-                                  ensure_synthetic_reid, read_marker)
+from .synthetic_generator import (
+    DEFAULT_SPEC,
+    GENERATOR_VERSION,
+    TINY_SPEC,
+    SyntheticSpec,
+    ensure_synthetic_reid,
+    read_marker,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,16 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from .bases import DatasetFormatError
-from .synthetic_render import (OUT_H, OUT_W, Camera, Identity, make_camera, make_identity,
-                               make_outfit_table, render_image)
+from .synthetic_render import (
+    OUT_H,
+    OUT_W,
+    Camera,
+    Identity,
+    make_camera,
+    make_identity,
+    make_outfit_table,
+    render_image,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,7 @@
 """Samplers: infinite, seeded, rank-aware, resumable training samplers and the test sharder."""
 
 from .base import InferenceSampler, InfiniteSampler, resolve_rank
-from .identity import (BalancedIdentitySampler, IdentitySampler, NaiveIdentitySampler,
-                       SetReWeightSampler, apportion)
+from .identity import BalancedIdentitySampler, IdentitySampler, NaiveIdentitySampler, SetReWeightSampler, apportion
 from .registry import SAMPLER_REGISTRY
 from .training import ImbalancedDatasetSampler, TrainingSampler
 

@@ -6,12 +6,19 @@ pipelines from :func:`build_transforms` output (3, H, W) uint8 tensors with valu
 """
 
 from .autoaugment import AUGMIX_OPS, IMAGENET_POLICY, AugMix, AutoAugment, apply_op
-from .base import (AugmentationPipeline, RandomApply, Transform, image_size, to_array, to_pil,
-                   to_tensor)
+from .base import AugmentationPipeline, RandomApply, Transform, image_size, to_array, to_pil, to_tensor
 from .build import build_transforms
 from .erasing import RandomErasing, RandomPatch, sample_rectangle
-from .geometric import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomPadCrop,
-                        RandomResizedCrop, Resize, affine_matrix, warp_affine)
+from .geometric import (
+                   CenterCrop,
+                   RandomAffine,
+                   RandomHorizontalFlip,
+                   RandomPadCrop,
+                   RandomResizedCrop,
+                   Resize,
+                   affine_matrix,
+                   warp_affine,
+)
 from .photometric import ColorJitter, shift_hue
 
 __all__ = [

@@ -6,8 +6,7 @@ from typing import List
 from .autoaugment import AugMix, AutoAugment
 from .base import AugmentationPipeline, RandomApply, Transform
 from .erasing import RandomErasing, RandomPatch
-from .geometric import (CenterCrop, RandomAffine, RandomHorizontalFlip, RandomPadCrop,
-                        RandomResizedCrop, Resize)
+from .geometric import CenterCrop, RandomAffine, RandomHorizontalFlip, RandomPadCrop, RandomResizedCrop, Resize
 from .photometric import ColorJitter
 
 __all__ = ["build_transforms"]

@@ -3,4 +3,14 @@ from .build import BACKBONE_REGISTRY, build_backbone
 from .pretrained import PretrainLoadResult, load_pretrained_weights
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 
-__all__ = [k for k in globals() if not k.startswith("_")]
+__all__ = [
+    "BACKBONE_REGISTRY",
+    "build_backbone",
+    "PretrainLoadResult",
+    "load_pretrained_weights",
+    "RESNET_DEPTHS",
+    "BasicBlock",
+    "Bottleneck",
+    "ResNet",
+    "build_resnet_backbone",
+]

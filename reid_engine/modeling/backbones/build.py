@@ -1,6 +1,7 @@
 """Backbone registry and builder (MODEL.BACKBONE.NAME)."""
-from reid_engine.utils.registry import Registry
 from torch import nn
+
+from reid_engine.utils.registry import Registry
 
 __all__ = ["BACKBONE_REGISTRY", "build_backbone"]
 

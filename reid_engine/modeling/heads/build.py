@@ -1,6 +1,7 @@
 """Head registry and builder (MODEL.HEADS.NAME)."""
-from reid_engine.utils.registry import Registry
 from torch import nn
+
+from reid_engine.utils.registry import Registry
 
 __all__ = ["HEADS_REGISTRY", "build_heads"]
 
