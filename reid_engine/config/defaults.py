@@ -52,7 +52,8 @@ _C.MODEL.HEADS.NUM_CLASSES = 0
 # 0 = no extra 1x1 embedding layer.
 _C.MODEL.HEADS.EMBEDDING_DIM = 0
 _C.MODEL.HEADS.WITH_BNNECK = False
-# "before" or "after" the BN neck: which feature is used at test time.
+# "before" or "after" the BN neck: the feature the metric (triplet-type) losses get in
+# training. The test feature is TEST.NECK_FEAT (fast-reid tests with the neck output).
 _C.MODEL.HEADS.NECK_FEAT = "before"
 # Identity Flatten GlobalAvgPool GlobalMaxPool GeneralizedMeanPooling
 # GeneralizedMeanPoolingP AdaptiveAvgMaxPool ClipGlobalAvgPool
@@ -147,6 +148,10 @@ _C.INPUT.REA = CN()  # random erasing
 _C.INPUT.REA.ENABLED = False
 _C.INPUT.REA.PROB = 0.5
 _C.INPUT.REA.VALUE = [123.675, 116.28, 103.53]
+# fast-reid's (torchvision's) ranges: erased area as a fraction of the image, and the
+# aspect ratio (h / w), drawn log-uniformly.
+_C.INPUT.REA.SCALE = [0.02, 0.33]
+_C.INPUT.REA.RATIO = [0.3, 3.3]
 
 _C.INPUT.RPT = CN()  # random patch
 _C.INPUT.RPT.ENABLED = False
@@ -225,6 +230,10 @@ _C.TEST = CN()
 _C.TEST.EVAL_PERIOD = 20  # epochs
 _C.TEST.IMS_PER_BATCH = 64
 _C.TEST.METRIC = "cosine"  # cosine euclidean
+# Test feature: "after" the BN neck (fast-reid's behaviour; the pooled or embedded feature
+# itself without a BN neck) or "before" it (the pooled or embedded feature). The feature
+# the metric losses see in training is MODEL.HEADS.NECK_FEAT.
+_C.TEST.NECK_FEAT = "after"
 
 _C.TEST.ROC = CN()
 _C.TEST.ROC.ENABLED = False

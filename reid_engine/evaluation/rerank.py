@@ -3,9 +3,9 @@
 Exact, in torch (CPU or GPU), and without dense N x N matrices. Every step only
 needs a short list per item, so the pool is handled as:
 
-- two streamed passes of ``chunk x N`` distance blocks: the column maxima, then the
-  k1 + 1 nearest items of every item under the column-normalised distance (ties
-  broken by index, like every ranking in this package);
+- two streamed passes of ``chunk x N`` distance blocks: the row maxima, then the
+  k1 + 1 nearest items of every item (dividing a row by its own maximum keeps its
+  order; ties broken by index, like every ranking in this package);
 - k-reciprocal sets, their expansion, V and its local expansion as sparse rows
   (at most (k1 + 1) * (round(k1 / 2) + 2) entries per row before the expansion);
 - the Jaccard distance through an inverted index (only item pairs that share a
@@ -15,7 +15,12 @@ Peak memory is a distance block, the sparse V rows, and one ``chunk x gallery``
 output block (see tools/benchmarks/bench_evaluation.py for measured figures).
 Distances are those of the evaluation metric: "euclidean" is the squared L2
 distance; "cosine" (1 - cos) equals half the squared L2 distance of normalised
-features, which the column normalisation of step 1 makes identical.
+features, which the row normalisation of step 1 makes identical.
+
+Step 1 divides each row of the pool's distance matrix by that row's maximum, as the
+original implementation does (it divides by the column maxima and transposes the
+symmetric matrix) and as fast-reid's ``re_ranking`` does. Scaling columns instead would
+change every item's own neighbour order.
 """
 import logging
 from typing import Iterator, Optional, Tuple
@@ -70,9 +75,9 @@ def _sparse_rows_unique(rows: torch.Tensor, cols: torch.Tensor, n: int, values: 
     return keys // n, keys % n, summed
 
 
-def _pair_distances(feats: torch.Tensor, term: torch.Tensor, col_max: torch.Tensor, rows: torch.Tensor,
+def _pair_distances(feats: torch.Tensor, term: torch.Tensor, row_max: torch.Tensor, rows: torch.Tensor,
                     cols: torch.Tensor, metric: str, chunk: int = 1 << 13) -> torch.Tensor:
-    """Column-normalised distances d(rows[i], cols[i]) for a list of pairs, computed in blocks."""
+    """Row-normalised distances d(rows[i], cols[i]) / max_j d(rows[i], j) for a list of pairs, in blocks."""
     out = torch.empty(rows.numel(), dtype=torch.float32, device=feats.device)
     for s in range(0, rows.numel(), chunk):
         r, c = rows[s:s + chunk], cols[s:s + chunk]
@@ -81,11 +86,11 @@ def _pair_distances(feats: torch.Tensor, term: torch.Tensor, col_max: torch.Tens
             d = 1.0 - dot * term[r] * term[c]
         else:
             d = (term[r] + term[c] - 2.0 * dot).clamp_min(0.0)
-        out[s:s + chunk] = d / col_max[c]
+        out[s:s + chunk] = d / row_max[r]
     return out
 
 
-def _build_v(feats, term, col_max, neighbours, k1: int, k2: int, metric: str, chunk: int):
+def _build_v(feats, term, row_max, neighbours, k1: int, k2: int, metric: str, chunk: int):
     """Steps 2-5: k-reciprocal sets, expansion, V rows and local query expansion (sparse COO)."""
     n = neighbours.shape[0]
     device = neighbours.device
@@ -109,7 +114,7 @@ def _build_v(feats, term, col_max, neighbours, k1: int, k2: int, metric: str, ch
         rows_out += [r_idx[recip[rows]], rows.view(-1, 1, 1).expand_as(cand)[add]]
         cols_out += [nb[rows][recip[rows]], cand[add]]
     v_rows, v_cols, _ = _sparse_rows_unique(torch.cat(rows_out), torch.cat(cols_out), n)
-    weights = torch.exp(-_pair_distances(feats, term, col_max, v_rows, v_cols, metric))
+    weights = torch.exp(-_pair_distances(feats, term, row_max, v_rows, v_cols, metric))
     row_sum = torch.zeros(n, dtype=weights.dtype, device=device).index_add_(0, v_rows, weights)
     v_vals = weights / row_sum[v_rows]
     # Step 5: V[p] <- mean of V[q] over the k2 nearest q of p.
@@ -166,18 +171,18 @@ def iter_rerank_chunks(query, gallery, k1: int = 20, k2: int = 6, lambda_value: 
     chunk = chunk_size or default_chunk_size(n)
     feats_t, term = prepare_gallery(feats, metric)
 
-    # Step 1: column maxima of the pool's distance matrix (first streamed pass).
-    col_max = torch.zeros(n, dtype=torch.float32, device=q.device)
-    for s in range(0, n, chunk):
-        col_max = torch.maximum(col_max, distance_chunk(feats[s:s + chunk], feats_t, term, metric).amax(0))
-    col_max = torch.where(col_max > 0, col_max, torch.ones_like(col_max))  # all-identical pool
-    # Step 2 input: the k1 + 1 nearest items under the normalised distance (second pass).
+    # Step 1: row maxima of the pool's distance matrix (first streamed pass).
+    row_max = torch.cat([distance_chunk(feats[s:s + chunk], feats_t, term, metric).amax(1)
+                         for s in range(0, n, chunk)]).float()
+    row_max = torch.where(row_max > 0, row_max, torch.ones_like(row_max))  # an item equal to the whole pool
+    # Step 2 input: the k1 + 1 nearest items of each item under the normalised distance
+    # (second pass); ranking the normalised values keeps float ties exactly as step 1 makes them.
     k_near = min(max(k1, k2 - 1) + 1, n)
     neighbours = torch.cat([
-        _stable_nearest(distance_chunk(feats[s:s + chunk], feats_t, term, metric) / col_max, k_near)
+        _stable_nearest(distance_chunk(feats[s:s + chunk], feats_t, term, metric) / row_max[s:s + chunk, None], k_near)
         for s in range(0, n, chunk)])
     logger.info("re-ranking: neighbour lists of %d items ready", n)
-    v_rows, v_cols, v_vals = _build_v(feats, term, col_max, neighbours, k1, k2, metric, chunk)
+    v_rows, v_cols, v_vals = _build_v(feats, term, row_max, neighbours, k1, k2, metric, chunk)
 
     # Inverted index of the gallery rows of V (column -> gallery items), for step 6.
     is_gallery = v_rows >= num_query
@@ -203,7 +208,7 @@ def iter_rerank_chunks(query, gallery, k1: int = 20, k2: int = 6, lambda_value: 
         lo, hi = int(q_bounds[start]), int(q_bounds[stop])
         jaccard = _jaccard_block(q_rows[lo:hi], q_cols[lo:hi], q_vals[lo:hi], g_index, stop - start, start,
                                  num_gallery, row_sum[start:stop], g_sum)
-        original = distance_chunk(feats[start:stop], gallery_t, gallery_term, metric) / col_max[num_query:]
+        original = distance_chunk(feats[start:stop], gallery_t, gallery_term, metric) / row_max[start:stop, None]
         yield start, jaccard.mul_(1.0 - lambda_value).add_(original, alpha=lambda_value)
         start = stop
 

@@ -148,6 +148,30 @@ def test_random_erasing_fills_one_rectangle_within_area_range():
     assert torch.equal(RandomErasing(p=0.0)(src.clone(), _rng()), src)
 
 
+def test_random_erasing_defaults_are_fastreids_and_config_reaches_them():
+    assert (RandomErasing().scale, RandomErasing().ratio) == ((0.02, 0.33), (0.3, 3.3))
+    op = RandomErasing(p=1.0)
+    # draws cover fast-reid's ranges: area fraction in [0.02, 0.33], ratio in [0.3, 3.3], log-uniform
+    areas, ratios = [], []
+    for seed in range(400):
+        h, w = op.get_params(256, 128, _rng(seed))[2:]
+        areas.append(h * w / (256 * 128))
+        ratios.append(h / w)
+    assert 0.02 <= min(areas) and max(areas) <= 0.33 and max(areas) > 0.3
+    assert min(ratios) >= 0.3 * 0.9 and max(ratios) <= 3.3 * 1.1
+    assert abs(np.median(np.log(ratios))) < 0.25  # log-uniform around ratio 1
+    cfg = get_cfg()
+    cfg.INPUT.REA.ENABLED = True
+    cfg.INPUT.REA.SCALE = [0.1, 0.2]
+    cfg.INPUT.REA.RATIO = [0.5, 2.0]
+    erasing = [t for t in build_transforms(cfg, is_train=True).sample_ops if isinstance(t, RandomErasing)]
+    assert len(erasing) == 1 and erasing[0].scale == (0.1, 0.2) and erasing[0].ratio == (0.5, 2.0)
+    with pytest.raises(ValueError, match="INPUT.REA.RATIO"):
+        RandomErasing(ratio=(2.0, 1.0))
+    with pytest.raises(ValueError, match="INPUT.REA.SCALE"):
+        RandomErasing(scale=(0.3, 0.1))
+
+
 def test_random_patch_pastes_a_patch_of_another_image():
     images = torch.stack([to_tensor(_array(16, 8, s)) for s in range(2)])
     out = RandomPatch(p=1.0, area=(0.1, 0.3), min_ratio=0.5)(images, _rng(4))

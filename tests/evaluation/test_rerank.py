@@ -22,8 +22,12 @@ def _pool(seed, num_query, num_gallery, dim=8, ids=6, duplicates=False):
 def _dense_expected(qf, gf, k1, k2, lam, metric, chunk):
     pool = torch.cat([qf, gf])
     dist = compute_distance_matrix(pool, pool, metric, chunk_size=chunk)  # the same float32 values
-    dist = dist / dist.amax(0)  # step 1: each column divided by its maximum
-    return dense_rerank(dist.numpy(), qf.shape[0], k1, k2, lam)
+    return dense_rerank(_row_normalised(dist).numpy(), qf.shape[0], k1, k2, lam)
+
+
+def _row_normalised(dist):
+    """Step 1 of the protocol: each row divided by that row's maximum."""
+    return dist / dist.amax(1, keepdim=True)
 
 
 @pytest.mark.parametrize("seed,k1,k2,metric,duplicates", [
@@ -53,7 +57,26 @@ def test_lambda_one_gives_normalised_original_distance():
     got = k_reciprocal_rerank(qf, gf, k1=4, k2=2, lambda_value=1.0)
     pool = torch.cat([qf, gf])
     dist = compute_distance_matrix(pool, pool, "cosine")
-    np.testing.assert_allclose(got.numpy(), (dist / dist.amax(0))[:5, 5:].numpy(), atol=1e-6)
+    np.testing.assert_allclose(got.numpy(), _row_normalised(dist)[:5, 5:].numpy(), atol=1e-6)
+
+
+def test_rows_not_columns_are_normalised():
+    """A pool whose items live at very different scales: scaling columns reorders an item's own
+    neighbours, scaling rows does not. The result must follow the rows (and so differ from columns)."""
+    gen = torch.Generator().manual_seed(11)
+    scales = torch.linspace(0.2, 5.0, 40).unsqueeze(1)
+    feats = torch.randn(40, 6, generator=gen) * scales
+    qf, gf = feats[::4], torch.cat([feats[i::4] for i in (1, 2, 3)])
+    got = k_reciprocal_rerank(qf, gf, k1=6, k2=3, lambda_value=0.3, metric="euclidean").numpy()
+    pool = torch.cat([qf, gf])
+    dist = compute_distance_matrix(pool, pool, "euclidean")
+    rows = dense_rerank(_row_normalised(dist).numpy(), qf.shape[0], 6, 3, 0.3)
+    columns = dense_rerank((dist / dist.amax(0, keepdim=True)).numpy(), qf.shape[0], 6, 3, 0.3)
+    np.testing.assert_allclose(got, rows, atol=1e-5)
+    assert np.abs(got - columns).max() > 1e-2
+    # row scaling keeps each item's own neighbour order
+    order = torch.sort(dist, dim=1, stable=True).indices
+    assert torch.equal(order, torch.sort(_row_normalised(dist), dim=1, stable=True).indices)
 
 
 def test_bad_parameters():

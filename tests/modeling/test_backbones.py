@@ -11,14 +11,32 @@ from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
 
 from ._helpers import tiny_cfg
 
-# 32x16 input -> conv1 16x8 -> maxpool (ceil mode, as fast-reid) 9x5 -> layer2 5x3
-# -> layer3 3x2 -> layer4: 3x2 with last stride 1, 2x1 with last stride 2.
-_MAP_SIZE = {1: (3, 2), 2: (2, 1)}
+# 32x16 input -> conv1 16x8 -> maxpool (fast-reid's: kernel 3, stride 2, no padding, ceil
+# mode) 8x4 -> layer2 4x2 -> layer3 2x1 -> layer4: 2x1 with last stride 1, 1x1 with 2.
+_MAP_SIZE = {1: (2, 1), 2: (1, 1)}
 _IMAGES = torch.randn(2, 3, 32, 16, generator=torch.Generator().manual_seed(0))
 
 
 def _backbone(depth="18x", **opts):
     return build_backbone(tiny_cfg(depth, **{f"BACKBONE.{k}": v for k, v in opts.items()}))
+
+
+@pytest.mark.parametrize("last_stride, final", [(1, (16, 8)), (2, (8, 4))])
+def test_stem_and_map_sizes_at_256x128_match_fastreid(last_stride, final):
+    """fast-reid's stem pooling has no padding: 256x128 -> 64x32 after the stem (65x33 with padding 1)."""
+    model = _backbone("18x", LAST_STRIDE=last_stride).eval()
+    pool = model.maxpool
+    assert (pool.kernel_size, pool.stride, pool.padding, pool.ceil_mode) == (3, 2, 0, True)
+    sizes = {}
+
+    def record(module, inputs, output):
+        sizes["stem"] = tuple(output.shape[-2:])
+
+    model.maxpool.register_forward_hook(record)
+    with torch.no_grad():
+        out = model(torch.zeros(1, 3, 256, 128))
+    assert sizes["stem"] == (64, 32)
+    assert tuple(out.shape[-2:]) == final
 
 
 @pytest.mark.parametrize("depth, opts", [
@@ -49,7 +67,7 @@ def test_resnet50_with_every_option_forward_and_non_local_positions():
             module.register_forward_hook(lambda m, i, o, name=name: calls.append(name))
     with torch.no_grad():
         out = model.eval()(_IMAGES[:1])
-    assert out.shape == (1, 2048, 3, 2)
+    assert out.shape == (1, 2048, *_MAP_SIZE[1])
     # fast-reid's positions: after the last 2 blocks of layer2 and the last 3 of layer3
     assert calls == ["layer2.0", "layer2.1", "layer2.2", "NL_2.0", "layer2.3", "NL_2.1",
                      "layer3.0", "layer3.1", "layer3.2", "layer3.3", "NL_3.0",

@@ -46,18 +46,59 @@ def test_bn_neck_bias_is_frozen():
     assert head.weight.shape == (3, 8) and head.weight.requires_grad
 
 
-def test_neck_feat_before_returns_the_pooled_feature_in_eval():
-    head = _head(WITH_BNNECK=True, NECK_FEAT="before").eval()
+def _head_with_test_feat(test_feat, **opts):
+    cfg = tiny_cfg(**{f"HEADS.{k}": v for k, v in opts.items()})
+    cfg.MODEL.BACKBONE.FEAT_DIM = 8
+    cfg.MODEL.HEADS.NUM_CLASSES = 3
+    cfg.TEST.NECK_FEAT = test_feat
+    return build_heads(cfg)
+
+
+@pytest.mark.parametrize("neck_feat", ["before", "after"])
+def test_eval_returns_the_bn_neck_output_whatever_the_training_feature(neck_feat):
+    """fast-reid: MODEL.HEADS.NECK_FEAT only picks the metric-loss feature; tests use the neck output."""
+    head = _head(WITH_BNNECK=True, NECK_FEAT=neck_feat).eval()
     _randomise_neck(head)
-    out = head(_FEATURES)
-    torch.testing.assert_close(out, _FEATURES.mean((2, 3)))
+    torch.testing.assert_close(head(_FEATURES), _bn_eval(head, _FEATURES.mean((2, 3))))
     assert head.feat_dim == 8
 
 
-def test_neck_feat_after_returns_the_bn_neck_output_in_eval():
-    head = _head(WITH_BNNECK=True, NECK_FEAT="after").eval()
+def test_training_feature_follows_heads_neck_feat():
+    pooled = _FEATURES.mean((2, 3))
+    before = _head(WITH_BNNECK=True, NECK_FEAT="before").train()
+    after = _head(WITH_BNNECK=True, NECK_FEAT="after").train()
+    after.load_state_dict(before.state_dict())
+    torch.testing.assert_close(before(_FEATURES, _TARGETS)["features"], pooled)
+    neck = (pooled - pooled.mean(0)) / torch.sqrt(pooled.var(0, unbiased=False) + 1e-5)
+    torch.testing.assert_close(after(_FEATURES, _TARGETS)["features"], neck)
+
+
+def test_test_neck_feat_before_returns_the_pooled_feature():
+    head = _head_with_test_feat("before", WITH_BNNECK=True, NECK_FEAT="after").eval()
     _randomise_neck(head)
-    torch.testing.assert_close(head(_FEATURES), _bn_eval(head, _FEATURES.mean((2, 3))))
+    torch.testing.assert_close(head(_FEATURES), _FEATURES.mean((2, 3)))
+
+
+def test_test_neck_feat_before_with_embedding_returns_the_embedded_feature():
+    head = _head_with_test_feat("before", EMBEDDING_DIM=6, WITH_BNNECK=True).eval()
+    _randomise_neck(head)
+    conv = head.bottleneck[0].weight[:, :, 0, 0]
+    embedded = _FEATURES.mean((2, 3)) @ conv.T
+    torch.testing.assert_close(head(_FEATURES), embedded)
+    head_after = _head_with_test_feat("after", EMBEDDING_DIM=6, WITH_BNNECK=True).eval()
+    head_after.load_state_dict(head.state_dict())
+    torch.testing.assert_close(head_after(_FEATURES), _bn_eval(head_after, embedded))
+
+
+def test_without_bnneck_both_test_features_are_the_pooled_feature():
+    for test_feat in ("before", "after"):
+        head = _head_with_test_feat(test_feat, WITH_BNNECK=False).eval()
+        torch.testing.assert_close(head(_FEATURES), _FEATURES.mean((2, 3)))
+
+
+def test_bad_test_neck_feat():
+    with pytest.raises(ValueError, match="TEST.NECK_FEAT must be 'before' or 'after'"):
+        _head_with_test_feat("middle")
 
 
 def test_training_outputs_with_linear_classifier():

@@ -46,7 +46,8 @@ def _train_ops(inp) -> List[Transform]:
     if inp.AUGMIX.ENABLED:
         ops.append(RandomApply(AugMix(), p=inp.AUGMIX.PROB))
     if inp.REA.ENABLED:
-        ops.append(RandomErasing(p=inp.REA.PROB, value=list(inp.REA.VALUE)))
+        ops.append(RandomErasing(p=inp.REA.PROB, scale=list(inp.REA.SCALE), ratio=list(inp.REA.RATIO),
+                                 value=list(inp.REA.VALUE)))
     return ops
 
 

@@ -12,23 +12,23 @@ __all__ = ["RandomErasing", "RandomPatch", "sample_rectangle"]
 
 
 def sample_rectangle(height: int, width: int, area_range: Tuple[float, float],
-                     min_ratio: float, rng: np.random.Generator,
+                     ratio_range: Tuple[float, float], rng: np.random.Generator,
                      attempts: int = 100) -> Optional[Tuple[int, int]]:
     """Draw a rectangle size whose area fraction lies in ``area_range`` and that fits the image.
 
-    The aspect ratio (h / w) is drawn log-uniformly in ``[min_ratio, 1 / min_ratio]``.
+    The aspect ratio (h / w) is drawn log-uniformly in ``ratio_range``.
 
     Args:
         height, width: image size.
         area_range: ``(min, max)`` fraction of the image area.
-        min_ratio: smallest aspect ratio (e.g. 0.3).
+        ratio_range: ``(min, max)`` aspect ratio, e.g. ``(0.3, 3.3)``.
         rng: the generator.
         attempts: draws before giving up.
     Returns:
         ``(h, w)`` in pixels, or ``None`` when no draw fitted.
     """
     area = height * width
-    log_ratio = (math.log(min_ratio), math.log(1.0 / min_ratio))
+    log_ratio = (math.log(ratio_range[0]), math.log(ratio_range[1]))
     for _ in range(attempts):
         target = area * rng.uniform(*area_range)
         aspect = math.exp(rng.uniform(*log_ratio))
@@ -42,34 +42,39 @@ def sample_rectangle(height: int, width: int, area_range: Tuple[float, float],
 
 
 class RandomErasing(Transform):
-    """Random erasing (Zhong et al., 2020): fill one random rectangle with a constant colour.
+    """Random erasing (Zhong et al., 2020): fill one random rectangle with a constant color.
 
     Works in place on the (3, H, W) uint8 tensor it is given (the pipeline's own buffer) and
-    returns it.
+    returns it. The defaults are fast-reid's (torchvision's RandomErasing): an area of 2% to
+    33% of the image and an aspect ratio drawn log-uniformly from 0.3 to 3.3.
 
     Args:
         p: probability of erasing.
-        scale: range of the rectangle's area as a fraction of the image.
-        ratio: smallest aspect ratio; the range is ``[ratio, 1 / ratio]``.
-        value: fill colour per channel on the 0..255 scale (a number or 3 numbers).
+        scale: range of the rectangle's area as a fraction of the image (INPUT.REA.SCALE).
+        ratio: ``(min, max)`` aspect ratio (h / w) (INPUT.REA.RATIO).
+        value: fill color per channel on the 0..255 scale (a number or 3 numbers).
     """
 
     input_kind = "tensor"
 
-    def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.4), ratio: float = 0.3,
+    def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33),
+                 ratio: Sequence[float] = (0.3, 3.3),
                  value: Union[float, Sequence[float]] = (123.675, 116.28, 103.53)):
         if not 0 <= p <= 1:
             raise ValueError(f"RandomErasing: probability {p} is outside [0, 1] (INPUT.REA.PROB)")
-        if not 0 < scale[0] <= scale[1] < 1:
-            raise ValueError(f"RandomErasing: scale must satisfy 0 < min <= max < 1, got "
-                             f"{list(scale)}")
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1] < 1:
+            raise ValueError(f"RandomErasing: scale must be [min, max] with 0 < min <= max < 1, got "
+                             f"{list(scale)} (INPUT.REA.SCALE)")
+        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"RandomErasing: ratio must be [min, max] with 0 < min <= max, got "
+                             f"{list(ratio)} (INPUT.REA.RATIO)")
         values = [float(value)] * 3 if np.isscalar(value) else [float(v) for v in value]
         if len(values) not in (1, 3) or not all(0 <= v <= 255 for v in values):
             raise ValueError(f"RandomErasing: value must be 1 or 3 numbers in 0..255, got "
                              f"{value} (INPUT.REA.VALUE)")
         self.p = float(p)
         self.scale = (float(scale[0]), float(scale[1]))
-        self.ratio = float(ratio)
+        self.ratio = (float(ratio[0]), float(ratio[1]))
         self.value = values * 3 if len(values) == 1 else values
         self._fill = np.array([int(round(v)) for v in self.value], dtype=np.uint8).reshape(3, 1, 1)
 
@@ -131,7 +136,7 @@ class RandomPatch(Transform):
         for dst in range(batch):
             if rng.random() >= self.p:
                 continue
-            size = sample_rectangle(height, width, self.area, self.min_ratio, rng)
+            size = sample_rectangle(height, width, self.area, (self.min_ratio, 1.0 / self.min_ratio), rng)
             if size is None:
                 continue
             h, w = size

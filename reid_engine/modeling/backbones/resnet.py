@@ -118,8 +118,9 @@ class ResNet(nn.Module):
         self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = get_norm(norm, 64)
         self.relu = nn.ReLU(inplace=True)
-        # ceil_mode as in fast-reid, so its checkpoints see the same map sizes.
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1, ceil_mode=True)
+        # fast-reid's stem pooling (no padding, ceil_mode), so its checkpoints see the same
+        # windows and map sizes: 256x128 -> 64x32 after the stem.
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True)
         inplanes = 64
         stage_channels = []
         strides = (1, 2, 2, last_stride)

@@ -22,9 +22,14 @@ class EmbeddingHead(nn.Module):
     is frozen), `cls_layer` (no parameters) and the parameter `weight`
     (num_classes x D, the class centres, no bias).
 
-    The selected feature (NECK_FEAT): "before" = the pooled feature, before the whole
-    neck; "after" = the neck's output. It is what eval mode returns, and the
-    "features" output used by metric losses in training.
+    Two features are chosen separately, as in fast-reid:
+    - the training feature (MODEL.HEADS.NECK_FEAT), the "features" output that the
+      metric losses get: "before" = the pooled feature, before the whole neck;
+      "after" = the neck's output;
+    - the test feature (TEST.NECK_FEAT), what eval mode returns: "after" = the neck's
+      output (fast-reid always tests with it; it is the pooled or embedded feature
+      itself when there is no BN neck); "before" = the feature entering the BN neck,
+      i.e. the embedded feature, or the pooled one without an embedding conv.
 
     Args:
         feat_dim: channels of the backbone map (MODEL.BACKBONE.FEAT_DIM).
@@ -32,7 +37,8 @@ class EmbeddingHead(nn.Module):
         embedding_dim: output channels of the 1x1 embedding conv; 0 = none.
         with_bnneck: add the BN neck.
         norm: norm name of the neck.
-        neck_feat: "before" or "after".
+        neck_feat: training feature, "before" or "after".
+        test_feat: test feature, "after" (fast-reid) or "before".
         pool_layer: pooling layer name.
         cls_layer: classifier layer name.
         scale, margin: classifier layer parameters.
@@ -40,7 +46,7 @@ class EmbeddingHead(nn.Module):
 
     def __init__(self, *, feat_dim: int, num_classes: int, embedding_dim: int = 0,
                  with_bnneck: bool = False, norm: str = "BN", neck_feat: str = "before",
-                 pool_layer: str = "GlobalAvgPool", cls_layer: str = "Linear",
+                 test_feat: str = "after", pool_layer: str = "GlobalAvgPool", cls_layer: str = "Linear",
                  scale: float = 1.0, margin: float = 0.0):
         super().__init__()
         if num_classes <= 0:
@@ -48,8 +54,12 @@ class EmbeddingHead(nn.Module):
                              "by the trainer; set it for standalone use")
         if neck_feat not in _NECK_FEATS:
             raise ValueError(f"MODEL.HEADS.NECK_FEAT must be 'before' or 'after', got {neck_feat!r}")
+        if test_feat not in _NECK_FEATS:
+            raise ValueError(f"TEST.NECK_FEAT must be 'before' or 'after', got {test_feat!r}")
         self.in_feat_dim = feat_dim
         self.neck_feat = neck_feat
+        self.test_feat = test_feat
+        self.with_bnneck = with_bnneck
         self.pool_name = pool_layer
         self.pool_layer = build_pooling(pool_layer)
         neck, out_dim = [], feat_dim
@@ -61,16 +71,18 @@ class EmbeddingHead(nn.Module):
         self.bottleneck = nn.Sequential(*neck)
         self.cls_layer = build_cls_layer(cls_layer, num_classes, scale, margin)
         self.weight = nn.Parameter(torch.empty(num_classes, out_dim))
-        self.feat_dim = feat_dim if neck_feat == "before" else out_dim
+        # Width of the test feature (both test choices come after the embedding conv).
+        self.feat_dim = out_dim
         self.reset_parameters()
 
     @classmethod
     def from_config(cls, cfg) -> "EmbeddingHead":
-        """Build from MODEL.BACKBONE.FEAT_DIM and MODEL.HEADS.*."""
+        """Build from MODEL.BACKBONE.FEAT_DIM, MODEL.HEADS.* and TEST.NECK_FEAT."""
         heads = cfg.MODEL.HEADS
         return cls(feat_dim=cfg.MODEL.BACKBONE.FEAT_DIM, num_classes=heads.NUM_CLASSES,
                    embedding_dim=heads.EMBEDDING_DIM, with_bnneck=heads.WITH_BNNECK,
-                   norm=heads.NORM, neck_feat=heads.NECK_FEAT, pool_layer=heads.POOL_LAYER,
+                   norm=heads.NORM, neck_feat=heads.NECK_FEAT, test_feat=cfg.TEST.NECK_FEAT,
+                   pool_layer=heads.POOL_LAYER,
                    cls_layer=heads.CLS_LAYER, scale=heads.SCALE, margin=heads.MARGIN)
 
     def reset_parameters(self) -> None:
@@ -94,6 +106,12 @@ class EmbeddingHead(nn.Module):
                              f"{pooled.shape[1]}")
         return pooled
 
+    def _test_feature(self, pooled: torch.Tensor) -> torch.Tensor:
+        """The neck's output ("after"), or the input of its BN layer ("before")."""
+        if self.test_feat == "after" or not self.with_bnneck:
+            return self.bottleneck(pooled)
+        return self.bottleneck[:-1](pooled)
+
     def forward(self, features: torch.Tensor, targets: Optional[torch.Tensor] = None
                 ) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
         """Run the head.
@@ -103,16 +121,15 @@ class EmbeddingHead(nn.Module):
             targets: (B,) int64 class ids; required in training mode.
 
         Returns:
-            eval: the selected feature (B, D). training: {"cls_outputs": logits after
+            eval: the test feature (B, D). training: {"cls_outputs": logits after
             margin and scale, "pred_class_logits": logits without margin, times scale,
-            "features": the selected feature}.
+            "features": the training feature}.
         """
         pooled = self._pool(features)
-        neck = self.bottleneck(pooled)[..., 0, 0]
-        pooled = pooled[..., 0, 0]
-        selected = pooled if self.neck_feat == "before" else neck
         if not self.training:
-            return selected
+            return self._test_feature(pooled)[..., 0, 0]
+        neck = self.bottleneck(pooled)[..., 0, 0]
+        selected = pooled[..., 0, 0] if self.neck_feat == "before" else neck
         if targets is None:
             raise ValueError("EmbeddingHead in training mode needs targets; call "
                              "model.eval() for features")
