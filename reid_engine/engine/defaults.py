@@ -10,7 +10,7 @@ import sys
 import time
 import weakref
 from collections import OrderedDict
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
@@ -19,9 +19,11 @@ from ..config import CfgNode
 from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
 from ..evaluation import (
     DatasetEvaluator,
+    ExpectedResultsError,
     ReidEvaluator,
     inference_on_dataset,
     print_csv_format,
+    result_check_failures,
     verify_results,
 )
 from ..modeling import build_model
@@ -29,10 +31,10 @@ from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.collect_env import collect_env_info
-from ..utils.env import seed_all_rng
+from ..utils.env import resolve_device, seed_all_rng
 from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from ..utils.file_io import atomic_write_text
-from ..utils.logger import setup_logger
+from ..utils.logger import HIGHLIGHT, setup_logger
 from . import hooks
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
 
@@ -91,18 +93,6 @@ def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentPa
     return parser
 
 
-def _highlight(code: str, filename: str) -> str:
-    try:
-        from pygments import highlight
-        from pygments.formatters import Terminal256Formatter
-        from pygments.lexers import Python3Lexer, YamlLexer
-
-        lexer = Python3Lexer() if filename.endswith(".py") else YamlLexer()
-        return highlight(code, lexer, Terminal256Formatter(style="monokai"))
-    except Exception:  # colour is a nicety; never fail setup over it
-        return code
-
-
 def default_setup(cfg: CfgNode, args) -> None:
     """Prepare a run: output folder, loggers, environment log, config dump, seeds.
 
@@ -124,8 +114,9 @@ def default_setup(cfg: CfgNode, args) -> None:
     config_file = getattr(args, "config_file", "")
     if config_file:
         with open(config_file, "r", encoding="utf-8") as f:
-            log.info(f"Contents of args.config_file={config_file}:\n{_highlight(f.read(), config_file)}")
-    log.info("Running with full config:\n" + _highlight(cfg.dump(), ".yaml"))
+            language = "python" if config_file.endswith(".py") else "yaml"
+            log.info(f"Contents of args.config_file={config_file}:\n{f.read()}", extra={HIGHLIGHT: language})
+    log.info("Running with full config:\n" + cfg.dump(), extra={HIGHLIGHT: "yaml"})
     if comm.is_main_process() and output_dir:
         path = os.path.join(output_dir, "config.yaml")
         _keep_previous_config(path, cfg.dump(), log)
@@ -151,18 +142,19 @@ def _keep_previous_config(path: str, new_text: str, log: logging.Logger) -> None
     log.info(f"The previous, different config of this folder is kept as {kept}")
 
 
-def default_writers(output_dir: str, max_iter: Optional[int] = None) -> list:
+def default_writers(output_dir: str, max_iter: Optional[int] = None, device: Union[str, torch.device] = "cpu") -> list:
     """The default event writers: console printer, metrics.json and tensorboard.
 
     Args:
         output_dir: folder for metrics.json and the tensorboard event file.
         max_iter: total iterations (for the ETA).
+        device: the training device (the console line shows peak memory on a GPU).
     Returns:
         list of EventWriter.
     """
     os.makedirs(output_dir, exist_ok=True)
     return [
-        CommonMetricPrinter(max_iter),
+        CommonMetricPrinter(max_iter, device=device),
         JSONWriter(os.path.join(output_dir, "metrics.json")),
         TensorboardXWriter(output_dir),
     ]
@@ -288,8 +280,20 @@ class DefaultTrainer(TrainerBase):
         if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():
             if results is None:
                 raise RuntimeError("TEST.EXPECTED_RESULTS is set but no evaluation ran during training.")
-            verify_results(self.cfg, results)
+            self.check_expected_results(self.cfg, results)
         return results
+
+    @classmethod
+    def check_expected_results(cls, cfg: CfgNode, results: Dict) -> None:
+        """Raise when the results miss TEST.EXPECTED_RESULTS, so the command exits non-zero.
+
+        Raises:
+            ExpectedResultsError: one line naming each missed metric, by how much and the tolerance.
+        """
+        if not verify_results(cfg, results):
+            failures = result_check_failures(cfg, results)
+            raise ExpectedResultsError("TEST.EXPECTED_RESULTS not met: " + "; ".join(failures)
+                                       + ": look at the evaluation above, or change the expectation")
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """The default hooks, in order: timer, LR scheduler, PreciseBN, LayerFreeze,
@@ -336,7 +340,7 @@ class DefaultTrainer(TrainerBase):
 
     def build_writers(self) -> list:
         """The event writers (console, metrics.json, tensorboard)."""
-        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter)
+        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter, resolve_device(self.cfg.MODEL.DEVICE))
 
     # ------------------------------------------------------------------ builders
     @classmethod

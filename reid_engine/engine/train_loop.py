@@ -112,6 +112,9 @@ class TrainerBase:
             self._training = True
             try:
                 self.before_train()
+                if torch.cuda.is_initialized():
+                    # max_mem in the log then describes training, not model building or set-up.
+                    torch.cuda.reset_peak_memory_stats()
                 for self.iter in range(start_iter, max_iter):
                     self.before_step()
                     self.run_step()

@@ -6,9 +6,11 @@ from .distance import compute_distance_matrix, iter_distance_chunks
 from .evaluator import (
     DatasetEvaluator,
     DatasetEvaluators,
+    ExpectedResultsError,
     inference_context,
     inference_on_dataset,
     print_csv_format,
+    result_check_failures,
     verify_results,
 )
 from .query_expansion import alpha_query_expansion
@@ -20,6 +22,7 @@ from .roc import RocAccumulator
 __all__ = [
     "DatasetEvaluator",
     "DatasetEvaluators",
+    "ExpectedResultsError",
     "NoValidQueryError",
     "RankAccumulator",
     "ReidEvaluator",
@@ -34,5 +37,6 @@ __all__ = [
     "iter_rerank_chunks",
     "k_reciprocal_rerank",
     "print_csv_format",
+    "result_check_failures",
     "verify_results",
 ]

@@ -5,15 +5,18 @@ import math
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import torch
 from tabulate import tabulate
 
 from reid_engine.utils import comm
+from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.logger import log_every_n_seconds
 
 __all__ = [
+    "ExpectedResultsError",
+    "result_check_failures",
     "DatasetEvaluator",
     "DatasetEvaluators",
     "inference_context",
@@ -216,26 +219,26 @@ def print_csv_format(results: Mapping) -> str:
     return table
 
 
-def verify_results(cfg, results: Mapping) -> bool:
-    """Check results against ``TEST.EXPECTED_RESULTS`` ([[dataset, metric, value, tolerance], ...]).
+class ExpectedResultsError(ReidUserError, RuntimeError):
+    """TEST.EXPECTED_RESULTS was not met: the run's results are not what the config promised."""
 
-    A value outside its tolerance (or NaN) is a failed check: every failure is logged
-    as an error and False is returned, leaving the exit code to the caller. A
-    malformed entry, or a dataset/metric absent from the results, is a configuration
-    mistake and raises ValueError.
+
+def result_check_failures(cfg, results: Mapping) -> List[str]:
+    """Compare results with ``TEST.EXPECTED_RESULTS`` ([[dataset, metric, value, tolerance], ...]).
+
+    A value outside its tolerance (or NaN) is a failed check. A malformed entry, or a
+    dataset/metric absent from the results, is a configuration mistake and raises ValueError.
 
     Args:
         cfg: config holding TEST.EXPECTED_RESULTS.
         results: ``{dataset: {metric: value}}``.
 
     Returns:
-        bool: True when every expectation holds (also when there are none).
+        one line per failed check, naming the metric, its value, the expected value, by how
+        much it missed and the tolerance (empty when every expectation holds or there are none).
     """
-    expected = cfg.TEST.EXPECTED_RESULTS
-    if not expected:
-        return True
-    ok = True
-    for entry in expected:
+    failures = []
+    for entry in cfg.TEST.EXPECTED_RESULTS:
         if not isinstance(entry, (list, tuple)) or len(entry) != 4:
             raise ValueError(f"TEST.EXPECTED_RESULTS entry {entry!r} must be [dataset, metric, value, tolerance]")
         dataset, metric, value, tolerance = entry
@@ -244,11 +247,27 @@ def verify_results(cfg, results: Mapping) -> bool:
         if metric not in results[dataset]:
             raise ValueError(f"TEST.EXPECTED_RESULTS names metric {metric!r} of {dataset!r} but results have "
                              f"{list(results[dataset])}")
-        actual = float(results[dataset][metric])
-        if not math.isfinite(actual) or abs(actual - float(value)) > float(tolerance):
-            logger.error("Result check failed: %s %s = %.4f, expected %.4f +- %.4f",
-                         dataset, metric, actual, float(value), float(tolerance))
-            ok = False
-    if ok:
+        actual, value, tolerance = float(results[dataset][metric]), float(value), float(tolerance)
+        if not math.isfinite(actual) or abs(actual - value) > tolerance:
+            failures.append(f"{dataset} {metric} = {actual:.4f}, expected {value:.4f} +- {tolerance:.4f} "
+                            f"(off by {abs(actual - value):.4f})")
+    return failures
+
+
+def verify_results(cfg, results: Mapping) -> bool:
+    """Check results against ``TEST.EXPECTED_RESULTS`` and log every failed check as an error.
+
+    Args:
+        cfg: config holding TEST.EXPECTED_RESULTS.
+        results: ``{dataset: {metric: value}}``.
+
+    Returns:
+        bool: True when every expectation holds (also when there are none); the exit code is
+        the caller's (DefaultTrainer raises :class:`ExpectedResultsError`).
+    """
+    failures = result_check_failures(cfg, results)
+    for failure in failures:
+        logger.error("Result check failed: %s", failure)
+    if cfg.TEST.EXPECTED_RESULTS and not failures:
         logger.info("Results verification passed.")
-    return ok
+    return not failures

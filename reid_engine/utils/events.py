@@ -13,7 +13,7 @@ import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -393,18 +393,22 @@ class CommonMetricPrinter(EventWriter):
         eta: 0:01:23  iter: 19  total_loss: 1.234  loss_cls: 1.1  time: 0.1012  data_time: 0.0021  lr: 0.00035  max_mem: 812M
 
     Losses and times are medians over the window; the ETA uses the median step time.
+    ``max_mem`` (peak CUDA memory allocated) is shown only when the training device is a GPU,
+    so a CPU run prints the same line on a machine with or without CUDA.
     Nothing is printed once training completed (storage iteration == max_iter).
     """
 
-    def __init__(self, max_iter: Optional[int], window_size: int = 20):
+    def __init__(self, max_iter: Optional[int], window_size: int = 20, device: Union[str, torch.device] = "cpu"):
         """
         Args:
             max_iter: total number of iterations (for the ETA); None disables the ETA.
             window_size: smoothing window in iterations.
+            device: the training device; "cuda" adds the peak memory of that device.
         """
         self.logger = logging.getLogger(__name__)
         self._max_iter = max_iter
         self._window_size = window_size
+        self._cuda_device = torch.device(device) if torch.device(device).type == "cuda" else None
         self._last_write: Optional[Tuple[int, float]] = None  # (iteration, time) for ETA fallback
 
     def _eta(self, storage: EventStorage) -> Optional[str]:
@@ -444,6 +448,6 @@ class CommonMetricPrinter(EventWriter):
                 parts.append(f"{k}: {windowed_median(histories[k], self._window_size):.4f}")
         if "lr" in histories:
             parts.append(f"lr: {histories['lr'].latest():.5g}")
-        if torch.cuda.is_available():
-            parts.append(f"max_mem: {torch.cuda.max_memory_allocated() / 1024 / 1024:.0f}M")
+        if self._cuda_device is not None:
+            parts.append(f"max_mem: {torch.cuda.max_memory_allocated(self._cuda_device) / 1024 / 1024:.0f}M")
         self.logger.info("  ".join(parts))

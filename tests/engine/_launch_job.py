@@ -47,14 +47,14 @@ def main(argv):
     mode = argv[0]
     if mode == "machines":
         machine_rank, url, out_dir = int(argv[1]), argv[2], argv[3]
-        launch(record_main, 1, num_machines=2, machine_rank=machine_rank, dist_url=url, args=(out_dir,))
+        launch(record_main, 1, num_machines=2, machine_rank=machine_rank, dist_url=url, args=(out_dir,), backend="gloo")
     elif mode == "fail":
-        launch(failing_main, 2, dist_url="auto", args=(argv[1],))
+        launch(failing_main, 2, dist_url="auto", args=(argv[1],), backend="gloo")
     elif mode == "torchrun":
         out_dir = argv[1]
         with open(os.path.join(out_dir, f"main{os.environ['RANK']}"), "w") as f:
             f.write(str(os.getpid()))
-        launch(record_main, 1, args=(out_dir,))
+        launch(record_main, 1, args=(out_dir,), backend="gloo")
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

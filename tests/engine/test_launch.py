@@ -132,7 +132,7 @@ def test_occupied_default_port_is_a_clear_error():
 
 
 def test_ddp_two_gloo_workers_end_with_equal_weights(tmp_path):
-    launch(ddp_train_main, 2, dist_url="auto", args=(str(tmp_path),))
+    launch(ddp_train_main, 2, dist_url="auto", args=(str(tmp_path),), backend="gloo")
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [r["world_size"] for r in results] == [2, 2]
     assert [r["local_rank"] for r in results] == [0, 1]

@@ -271,3 +271,18 @@ def test_storage_of_a_resumed_trainer_is_restored_when_training_starts():
     values = resumed.storage.history("total_loss").values()
     assert [itr for _, itr in values] == [0, 1, 2, 3, 4, 5]
     assert resumed.storage.iter == 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_peak_memory_is_reset_before_the_first_iteration():
+    """max_mem in the log describes training: memory used while setting up is not counted."""
+
+    class SetUpOnGpu(HookBase):
+        def before_train(self):
+            scratch = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+            del scratch
+
+    trainer = NoOpTrainer()
+    trainer.register_hooks([SetUpOnGpu()])
+    trainer.train(0, 2)
+    assert torch.cuda.max_memory_allocated() < (64 << 20)

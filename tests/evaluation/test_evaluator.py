@@ -17,6 +17,7 @@ from reid_engine.evaluation import (
     inference_on_dataset,
     k_reciprocal_rerank,
     print_csv_format,
+    result_check_failures,
     verify_results,
 )
 
@@ -192,6 +193,8 @@ def test_verify_results(caplog):
     cfg.TEST.EXPECTED_RESULTS = [["Market1501", "mAP", 90.0, 0.5], ["Market1501", "Rank-1", 95.0, 0.1]]
     assert not verify_results(cfg, results)
     assert "Market1501 mAP = 87.0000, expected 90.0000" in caplog.text
+    assert result_check_failures(cfg, results) == [
+        "Market1501 mAP = 87.0000, expected 90.0000 +- 0.5000 (off by 3.0000)"]
     assert not verify_results(cfg, {"Market1501": {"Rank-1": float("nan"), "mAP": 90.0}})
     cfg.TEST.EXPECTED_RESULTS = [["Market1501", "mINP", 1.0, 0.1]]
     with pytest.raises(ValueError, match="mINP"):

@@ -297,8 +297,10 @@ def _gathered_triplet_worker(rank, init_file, feats, targets, out_dir):
 def test_triplet_gathers_across_workers_with_gradient_to_local_part(tmp_path):
     feats = torch.randn(8, 5, generator=torch.Generator().manual_seed(6))
     targets = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])  # every positive lives on the other worker
-    # fork: the workers reuse the imported torch instead of importing it again (seconds)
-    mp.start_processes(_gathered_triplet_worker, nprocs=2, join=True, start_method="fork",
+    # fork: the workers reuse the imported torch instead of importing it again (seconds); but a
+    # process that has initialised CUDA (other tests on a GPU machine) cannot be forked safely.
+    start_method = "spawn" if torch.cuda.is_initialized() else "fork"
+    mp.start_processes(_gathered_triplet_worker, nprocs=2, join=True, start_method=start_method,
                        args=(str(tmp_path / "init"), feats, targets, str(tmp_path)))
     full = feats.clone().requires_grad_()
     full_loss = triplet_loss(full, targets, 0.3, False, True)

@@ -103,6 +103,38 @@ def test_build_model_logs_parameters_and_flops(caplog):
     assert summary.count_flops(model, (64, 32)) > 64 * 3 * 49 * 32 * 16
 
 
+def test_flops_are_counted_before_the_model_reaches_the_training_device(monkeypatch):
+    """The FLOP trace must not run on the training device (it filled GPU memory); the meta
+    device stands in for a GPU here: build_model must count while parameters are on the CPU."""
+    from reid_engine.modeling.meta_arch import build as build_module
+
+    seen = []
+    counted = summary.log_model_summary
+
+    def record(model, image_size):
+        seen.append(next(model.parameters()).device.type)
+        return counted(model, image_size)
+
+    monkeypatch.setattr(build_module, "log_model_summary", record)
+    monkeypatch.setattr(build_module, "resolve_device", lambda name: torch.device("meta"))
+    model = build_model(tiny_cfg("18x"))
+    assert seen == ["cpu"]
+    assert next(model.parameters()).device.type == "meta"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_building_on_cuda_leaves_only_the_weights_in_gpu_memory():
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    cfg = tiny_cfg("18x")
+    cfg.MODEL.DEVICE = "cuda"
+    cfg.INPUT.SIZE_TEST = [256, 128]
+    model = build_model(cfg)
+    weights = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
+    assert torch.cuda.max_memory_allocated() - before <= 1.05 * weights + (1 << 20)
+
+
 def test_flop_counting_failure_is_only_a_warning(monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("tracer exploded\nsecond line")

@@ -194,3 +194,26 @@ def test_common_metric_printer_format_and_last_line(caplog_reid):
     assert lines[0].startswith("eta: 0:00:02  iter: 4  total_loss: 2  loss_cls: 1")  # 0.5 s x 5 left
     assert lines[1].startswith("eta: 0:00:00  iter: 9")
     assert "max_mem" not in lines[0]  # CPU only
+
+
+def _one_printed_line(printer, caplog_reid):
+    with EventStorage() as storage:
+        storage.iter = 3
+        storage.put_scalars(total_loss=1.0, time=0.1, data_time=0.01)
+        printer.write()
+    return [r.getMessage() for r in caplog_reid.records if r.name == "reid_engine.utils.events"][-1]
+
+
+def test_printer_shows_memory_for_the_training_device_not_the_machine(caplog_reid, monkeypatch):
+    """A CPU run prints the same line whether or not the machine has CUDA."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert "max_mem" not in _one_printed_line(CommonMetricPrinter(max_iter=10), caplog_reid)
+    assert "max_mem" not in _one_printed_line(CommonMetricPrinter(max_iter=10, device="cpu"), caplog_reid)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_printer_shows_peak_cuda_memory_for_a_cuda_run(caplog_reid):
+    keep = torch.empty(1 << 20, device="cuda")  # 4 MB
+    line = _one_printed_line(CommonMetricPrinter(max_iter=10, device="cuda"), caplog_reid)
+    assert re.search(r"  max_mem: \d+M$", line), line
+    del keep

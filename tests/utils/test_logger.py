@@ -3,7 +3,7 @@ import logging
 
 import pytest
 
-from reid_engine.utils.logger import log_every_n, log_every_n_seconds, log_first_n, setup_logger
+from reid_engine.utils.logger import HIGHLIGHT, log_every_n, log_every_n_seconds, log_first_n, setup_logger
 
 
 @pytest.fixture
@@ -70,6 +70,52 @@ def test_colored_console_highlights_warnings(fresh_logger, capsys, monkeypatch):
     logging.getLogger(name + ".sub").warning("watch out")
     out = capsys.readouterr().out
     assert "WARNING" in out and "\x1b[" in out and "tl.sub" in out and "watch out" in out
+
+
+def test_log_files_stay_plain_while_the_console_is_colored(tmp_path, fresh_logger, capsys, monkeypatch):
+    """Highlighted config dumps and colored warnings reach a color console, never the log files."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    name = fresh_logger("test_logger_plain_files")
+    logger = setup_logger(str(tmp_path), 0, name=name, color=True)
+    setup_logger(str(tmp_path), 1, name=name + "_rank1", color=True)
+    fresh_logger(name + "_rank1")
+    dump = "MODEL:\n  DEVICE: cpu\nSOLVER:\n  BASE_LR: 0.01"
+    logger.info("Running with full config:\n" + dump, extra={HIGHLIGHT: "yaml"})
+    logger.warning("careful")
+    logging.getLogger(name + "_rank1").info("Full config:\n" + dump, extra={HIGHLIGHT: "yaml"})
+    _flush(logger)
+    _flush(logging.getLogger(name + "_rank1"))
+    out = capsys.readouterr().out
+    assert "\x1b[" in out and "BASE_LR" in out  # the terminal gets color
+    for log_file in ("log.txt", "log.txt.rank1"):
+        text = (tmp_path / log_file).read_text()
+        assert "\x1b" not in text, text
+    assert "Running with full config:\n" + dump in (tmp_path / "log.txt").read_text()
+
+
+def test_default_setup_writes_plain_log_files(tmp_path, monkeypatch, capsys):
+    """The real run setup (config file contents + full config dump) under a color terminal."""
+    import argparse
+
+    from reid_engine.config import get_cfg
+    from reid_engine.engine.defaults import default_setup
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    config_file = tmp_path / "x.yml"
+    config_file.write_text("SOLVER:\n  BASE_LR: 0.02\n")
+    cfg = get_cfg()
+    cfg.merge_from_file(str(config_file))
+    cfg.OUTPUT_DIR = str(tmp_path / "out")
+    cfg.MODEL.DEVICE = "cpu"
+    default_setup(cfg, argparse.Namespace(config_file=str(config_file), eval_only=False, resume=False))
+    for handler in logging.getLogger("reid_engine").handlers:
+        handler.flush()
+    text = (tmp_path / "out" / "log.txt").read_text()
+    assert "Running with full config:" in text and "BASE_LR: 0.02" in text
+    assert "\x1b" not in text
+    assert "\x1b[" in capsys.readouterr().out
 
 
 class _Collect(logging.Handler):

@@ -21,7 +21,7 @@ and features (B, D) in eval mode.
 
 
 def build_model(cfg) -> nn.Module:
-    """Build the whole model, move it to MODEL.DEVICE and log its size and FLOPs.
+    """Build the whole model, log its size and FLOPs (counted on the CPU), move it to MODEL.DEVICE.
 
     Args:
         cfg: the config tree.
@@ -35,7 +35,9 @@ def build_model(cfg) -> nn.Module:
                        f"{', '.join(sorted(k for k, _ in META_ARCH_REGISTRY))}")
     device = resolve_device(cfg.MODEL.DEVICE)
     model = META_ARCH_REGISTRY.get(name).from_config(cfg)
+    # Counted while the model is still on the CPU: tracing on the training device would
+    # leave its activations (and cudnn autotuning workspaces) in that device's memory.
+    log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
     model.to(device)
     logger.info("Built %s on %s", name, device)
-    log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
     return model

@@ -30,7 +30,8 @@ class _ImageToFeature(nn.Module):
 
 def count_flops(model: nn.Module, image_size: Sequence[int]) -> int:
     """Count FLOPs (fvcore's convention: one multiply-add = one flop) of one image's
-    inference through model.backbone and model.heads, in eval mode.
+    inference through model.backbone and model.heads, in eval mode, on the model's device
+    (build_model counts on the CPU, before moving the model to the training device).
 
     Args:
         model: a meta architecture with `backbone` and `heads`.
