@@ -1,4 +1,5 @@
 """Config: `get_cfg()` returns the full default tree (see docs and config-schema)."""
+from .compat import INERT_KEYS, inert_keys_set, warn_inert_keys
 from .config import CfgNode, ConfigError, load_yaml_with_bases
 from .defaults import _C
 
@@ -12,4 +13,4 @@ def get_cfg() -> CfgNode:
     return _C.clone()
 
 
-__all__ = ["CfgNode", "ConfigError", "get_cfg", "load_yaml_with_bases"]
+__all__ = ["CfgNode", "ConfigError", "INERT_KEYS", "get_cfg", "inert_keys_set", "load_yaml_with_bases", "warn_inert_keys"]

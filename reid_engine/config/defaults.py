@@ -22,8 +22,6 @@ _C.MODEL.WEIGHTS = ""
 # Images enter the model as 0..255 and are normalised inside it.
 _C.MODEL.PIXEL_MEAN = [123.675, 116.28, 103.53]
 _C.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
-# Size of the feature queue of memory-queue meta architectures.
-_C.MODEL.QUEUE_SIZE = 8192
 
 _C.MODEL.BACKBONE = CN()
 _C.MODEL.BACKBONE.NAME = "build_resnet_backbone"
@@ -37,12 +35,6 @@ _C.MODEL.BACKBONE.WITH_NL = False
 _C.MODEL.BACKBONE.PRETRAIN = False
 # Local file with torchvision-format ImageNet weights, or IBN-Net weights.
 _C.MODEL.BACKBONE.PRETRAIN_PATH = ""
-# Vision-transformer options, kept so fast-reid files that set them still load.
-_C.MODEL.BACKBONE.SIE_COE = 3.0
-_C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)
-_C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1
-_C.MODEL.BACKBONE.DROP_RATIO = 0.0
-_C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0
 
 _C.MODEL.HEADS = CN()
 _C.MODEL.HEADS.NAME = "EmbeddingHead"
@@ -92,16 +84,6 @@ _C.MODEL.LOSSES.COSFACE = CN()
 _C.MODEL.LOSSES.COSFACE.MARGIN = 0.25
 _C.MODEL.LOSSES.COSFACE.GAMMA = 128
 _C.MODEL.LOSSES.COSFACE.SCALE = 1.0
-
-# ---------------------------------------------------------------------------- #
-# Knowledge distillation (kept for fast-reid compatibility)
-# ---------------------------------------------------------------------------- #
-_C.KD = CN()
-_C.KD.MODEL_CONFIG = []
-_C.KD.MODEL_WEIGHTS = []
-_C.KD.EMA = CN()
-_C.KD.EMA.ENABLED = False
-_C.KD.EMA.MOMENTUM = 0.999
 
 # ---------------------------------------------------------------------------- #
 # Input
@@ -268,3 +250,38 @@ _C.TEST.EXPECTED_RESULTS = []
 _C.SEED = -1
 _C.CUDNN_BENCHMARK = False
 _C.OUTPUT_DIR = "output"
+
+
+# ---------------------------------------------------------------------------- #
+# fast-reid compatibility: keys that exist only so that fast-reid config files load.
+# No code reads them yet; a value other than the default logs one warning naming the
+# keys (config.compat.warn_inert_keys). The change that implements a key moves it up
+# into its group and out of INERT_KEYS.
+# ---------------------------------------------------------------------------- #
+_C.MODEL.QUEUE_SIZE = 8192  # MoCo: size of the feature memory queue
+# Vision transformer (TransReID) backbone options.
+_C.MODEL.BACKBONE.SIE_COE = 3.0
+_C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)
+_C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1
+_C.MODEL.BACKBONE.DROP_RATIO = 0.0
+_C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0
+# Knowledge distillation (Distiller meta architecture).
+_C.KD = CN()
+_C.KD.MODEL_CONFIG = []
+_C.KD.MODEL_WEIGHTS = []
+_C.KD.EMA = CN()
+_C.KD.EMA.ENABLED = False
+_C.KD.EMA.MOMENTUM = 0.999
+
+INERT_KEYS = (
+    "MODEL.QUEUE_SIZE",
+    "MODEL.BACKBONE.SIE_COE",
+    "MODEL.BACKBONE.STRIDE_SIZE",
+    "MODEL.BACKBONE.DROP_PATH_RATIO",
+    "MODEL.BACKBONE.DROP_RATIO",
+    "MODEL.BACKBONE.ATT_DROP_RATE",
+    "KD.MODEL_CONFIG",
+    "KD.MODEL_WEIGHTS",
+    "KD.EMA.ENABLED",
+    "KD.EMA.MOMENTUM",
+)

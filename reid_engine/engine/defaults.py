@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Union
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config import CfgNode
+from ..config import CfgNode, warn_inert_keys
 from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
 from ..evaluation import (
     DatasetEvaluator,
@@ -117,6 +117,7 @@ def default_setup(cfg: CfgNode, args) -> None:
             language = "python" if config_file.endswith(".py") else "yaml"
             log.info(f"Contents of args.config_file={config_file}:\n{f.read()}", extra={HIGHLIGHT: language})
     log.info("Running with full config:\n" + cfg.dump(), extra={HIGHLIGHT: "yaml"})
+    warn_inert_keys(cfg, log)
     if comm.is_main_process() and output_dir:
         path = os.path.join(output_dir, "config.yaml")
         _keep_previous_config(path, cfg.dump(), log)

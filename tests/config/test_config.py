@@ -123,3 +123,35 @@ def test_dump_round_trips(tmp_path):
     again = get_cfg()
     again.merge_from_file(str(path))
     assert again == cfg
+
+
+def test_inert_fastreid_keys_warn_once_naming_them(caplog):
+    import logging
+
+    from reid_engine.config import INERT_KEYS, warn_inert_keys
+
+    cfg = get_cfg()
+    logger = logging.getLogger("test_inert_keys")
+    assert warn_inert_keys(cfg, logger) == []  # defaults: silent
+    cfg.merge_from_list(["MODEL.QUEUE_SIZE", "4096", "KD.EMA.ENABLED", "True", "SOLVER.BASE_LR", "0.1"])
+    with caplog.at_level(logging.WARNING, logger="test_inert_keys"):
+        assert warn_inert_keys(cfg, logger) == ["MODEL.QUEUE_SIZE", "KD.EMA.ENABLED"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "test_inert_keys"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("MODEL.QUEUE_SIZE, KD.EMA.ENABLED have no effect yet")
+    assert len(INERT_KEYS) == len(set(INERT_KEYS))
+
+
+def test_inert_keys_are_read_nowhere():
+    """A key that code starts to read must leave INERT_KEYS (and its warning) in the same change."""
+    import pathlib
+    import re
+
+    from reid_engine.config import INERT_KEYS
+
+    package = pathlib.Path(__file__).resolve().parents[2] / "reid_engine"
+    sources = "\n".join(p.read_text() for p in package.rglob("*.py") if p.parent.name != "config")
+    for key in INERT_KEYS:
+        parts = key.split(".")
+        needle = ".".join(parts[-2:]) if parts[-1] in ("ENABLED", "MOMENTUM") else parts[-1]
+        assert not re.search(r"\b" + re.escape(needle) + r"\b", sources), f"{key} is read by code"
