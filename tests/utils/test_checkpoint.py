@@ -253,7 +253,7 @@ def test_shape_mismatch_missing_and_unexpected_keys_are_summarised(tmp_path, log
     text = summaries[0]
     assert f"Loaded 1 of 7 model tensors from {tmp_path / 'other.pth'}." in text
     assert "0.weight: (5, 4) vs (3, 4)" in text and "1.running_mean: (5,) vs (3,)" in text
-    assert "Not in the checkpoint, left as initialised (1):\n  1.running_var" in text
+    assert "Not in the checkpoint, left as initialized (1):\n  1.running_var" in text
     assert "In the checkpoint but not used by the model (1):\n  extra.head.weight" in text
 
 
@@ -266,7 +266,7 @@ def test_format_load_summary_hand_written():
         "Loaded 6 of 10 model tensors from w.pth.\n"
         "Skipped 1 with a different shape (checkpoint vs model):\n"
         "  backbone.conv1.weight: (64, 3, 7, 7) vs (32, 3, 7, 7)\n"
-        "Not in the checkpoint, left as initialised (3):\n"
+        "Not in the checkpoint, left as initialized (3):\n"
         "  backbone.bn1.{bias, weight}\n"
         "  heads.weight\n"
         "In the checkpoint but not used by the model (2):\n"
