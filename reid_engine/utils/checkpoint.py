@@ -26,6 +26,7 @@ from fvcore.common.checkpoint import Checkpointer as _FvCheckpointer
 from fvcore.common.checkpoint import PeriodicCheckpointer as _FvPeriodicCheckpointer
 
 from . import comm
+from .errors import ReidUserError
 from .file_io import AtomicWritePathManager, remove_stale_temp_files
 from .safe_load import (
     UNSAFE_LOAD_ENV,
@@ -41,6 +42,7 @@ __all__ = [
     "PeriodicCheckpointer",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "CheckpointScheduleError",
     "UNSAFE_LOAD_ENV",
     "load_checkpoint_file",
     "format_load_summary",
@@ -266,6 +268,10 @@ class Checkpointer(_FvCheckpointer):
         return super().resume_or_load(path, resume=resume)
 
 
+class CheckpointScheduleError(ReidUserError, ValueError):
+    """A checkpoint period or max_to_keep out of range."""
+
+
 class PeriodicCheckpointer(_FvPeriodicCheckpointer):
     """Save ``{prefix}_{iter:07d}`` every `period` iterations and ``{prefix}_final`` at the end.
 
@@ -291,9 +297,13 @@ class PeriodicCheckpointer(_FvPeriodicCheckpointer):
         file_prefix: str = "model",
     ) -> None:
         if int(period) < 1:
-            raise ValueError(f"checkpoint period must be a positive number of iterations, got {period}")
+            raise CheckpointScheduleError(
+                f"checkpoint period must be a positive number of iterations, got {period}; "
+                "set SOLVER.CHECKPOINT_PERIOD (epochs) to 1 or more")
         if max_to_keep is not None and int(max_to_keep) < 1:
-            raise ValueError(f"max_to_keep must be at least 1 (or None to keep all), got {max_to_keep}")
+            raise CheckpointScheduleError(
+                f"max_to_keep must be at least 1 (or None to keep all), got {max_to_keep}; "
+                "set SOLVER.CHECKPOINT_MAX_TO_KEEP to 1 or more, or 0 to keep every checkpoint")
         # fvcore's own keep-last-N remembers files in memory and forgets them on a
         # restart; it stays off and `step` prunes by scanning the folder instead.
         super().__init__(checkpointer, period, max_iter=max_iter, max_to_keep=None, file_prefix=file_prefix)
