@@ -194,6 +194,9 @@ _C.SOLVER.WARMUP_METHOD = "linear"  # linear constant exp
 
 _C.SOLVER.FREEZE_ITERS = 0  # iterations
 _C.SOLVER.CHECKPOINT_PERIOD = 20  # epochs
+# How many periodic model_XXXXXXX.pth files to keep (the newest; the folder is scanned, so
+# it holds across restarts); 0 keeps all. model_final / model_best are never deleted.
+_C.SOLVER.CHECKPOINT_MAX_TO_KEEP = 0
 # Global batch, split over workers.
 _C.SOLVER.IMS_PER_BATCH = 64
 # (ours, detectron2 meaning) 0 = no automatic scaling to the worker count.

@@ -336,7 +336,8 @@ class DefaultTrainer(TrainerBase):
             )
         if comm.is_main_process():
             ret.append(hooks.PeriodicWriter(self.build_writers(), period=20))
-            ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe))
+            ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
+                                                  max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None))
         return ret
 
     def build_writers(self) -> list:

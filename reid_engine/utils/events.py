@@ -15,9 +15,9 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
-import numpy as np
 import torch
-from fvcore.common.history_buffer import HistoryBuffer
+
+from .scalar_history import ScalarHistory, windowed_median
 
 __all__ = [
     "EventStorage",
@@ -51,49 +51,6 @@ def get_event_storage() -> "EventStorage":
     return _CURRENT_STORAGE_STACK[-1]
 
 
-class _ResumableHistoryBuffer(HistoryBuffer):
-    """A fvcore HistoryBuffer that can be saved to and restored from a checkpoint."""
-
-    def state_dict(self, max_values: int) -> dict:
-        """Return the last ``max_values`` (value, iteration) pairs plus the global stats,
-        as tensors so that ``torch.load(weights_only=True)`` accepts them."""
-        data = self._data[-max_values:]
-        return {
-            "values": torch.tensor([v for v, _ in data], dtype=torch.float64),
-            "iters": torch.tensor([i for _, i in data], dtype=torch.int64),
-            "count": int(self._count),
-            "global_avg": float(self._global_avg),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        """Replace the content with a state produced by :meth:`state_dict`."""
-        values = state["values"].tolist()
-        iters = state["iters"].tolist()
-        self._data = list(zip(values, iters))[-self._max_length :]
-        self._count = int(state["count"])
-        self._global_avg = float(state["global_avg"])
-
-
-def windowed_median(history: HistoryBuffer, window: int) -> float:
-    """Median of the values of ``history`` written in its last ``window`` iterations.
-
-    Args:
-        history: the buffer of (value, iteration) pairs.
-        window: number of iterations, counted back from the newest value's iteration.
-
-    Returns:
-        The median as a python float.
-    """
-    data = history.values()
-    newest_iter = data[-1][1]
-    selected = []
-    for value, itr in reversed(data):
-        if itr <= newest_iter - window:
-            break
-        selected.append(value)
-    return float(np.median(selected))
-
-
 class EventStorage:
     """Per-iteration store of metrics, images and histograms.
 
@@ -106,7 +63,7 @@ class EventStorage:
         Args:
             start_iter: the iteration the storage starts at.
         """
-        self._history: Dict[str, _ResumableHistoryBuffer] = {}
+        self._history: Dict[str, ScalarHistory] = {}
         self._smoothing_hints: Dict[str, bool] = {}
         self._latest_scalars: Dict[str, Tuple[float, int]] = {}
         self._iter = int(start_iter)
@@ -128,7 +85,7 @@ class EventStorage:
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
         history = self._history.get(name)
         if history is None:
-            history = self._history[name] = _ResumableHistoryBuffer()
+            history = self._history[name] = ScalarHistory()
             self._smoothing_hints[name] = smoothing_hint
         elif self._smoothing_hints[name] != smoothing_hint:
             raise ValueError(
@@ -143,14 +100,14 @@ class EventStorage:
         for name, value in kwargs.items():
             self.put_scalar(name, value, smoothing_hint=smoothing_hint)
 
-    def history(self, name: str) -> HistoryBuffer:
-        """Return the fvcore HistoryBuffer of scalar ``name`` (KeyError if unknown)."""
+    def history(self, name: str) -> ScalarHistory:
+        """Return the history of scalar ``name`` (KeyError if unknown)."""
         history = self._history.get(name)
         if history is None:
             raise KeyError(f"no history for scalar '{name}' in the EventStorage")
         return history
 
-    def histories(self) -> Dict[str, HistoryBuffer]:
+    def histories(self) -> Dict[str, ScalarHistory]:
         """Return all scalar histories by name."""
         return self._history
 
@@ -275,7 +232,7 @@ class EventStorage:
         run writes, while the smoothed values match those of an uninterrupted run.
         """
         for name, buf_state in state["histories"].items():
-            buf = _ResumableHistoryBuffer()
+            buf = ScalarHistory()
             buf.load_state_dict(buf_state)
             self._history[name] = buf
             self._smoothing_hints[name] = bool(state["smoothing_hints"][name])

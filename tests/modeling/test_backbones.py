@@ -6,8 +6,10 @@ import torch
 from torch import nn
 
 from reid_engine.modeling import build_backbone
-from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_pretrained_weights
+from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_imagenet_weights
 from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
+from reid_engine.utils import checkpoint as ckpt_module
+from reid_engine.utils.errors import ReidUserError
 
 from ._helpers import tiny_cfg
 
@@ -124,6 +126,14 @@ def test_bad_options_are_clear_errors(opts, message):
 
 
 # ----------------------------------------------------------------------------- pretrained
+@pytest.fixture
+def load_logs(caplog, monkeypatch):
+    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
+    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
+    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
+    return caplog
+
+
 def _torchvision_layout(model: ResNet, prefix=""):
     """The state dict a torchvision ResNet of the same depth would save (with fc)."""
     state = {prefix + k: v.clone() for k, v in model.state_dict().items()}
@@ -133,7 +143,7 @@ def _torchvision_layout(model: ResNet, prefix=""):
 
 
 @pytest.mark.parametrize("wrap", ["plain", "state_dict+module"])
-def test_pretrained_torchvision_layout_round_trip(tmp_path, caplog, wrap):
+def test_pretrained_torchvision_layout_round_trip(tmp_path, load_logs, wrap):
     torch.manual_seed(1)
     source = _backbone("18x", WITH_SE=False)
     for module in source.modules():  # non-trivial statistics, so that a skip would show
@@ -147,15 +157,17 @@ def test_pretrained_torchvision_layout_round_trip(tmp_path, caplog, wrap):
     path = tmp_path / "resnet18-imagenet.pth"
     torch.save(payload, path)
     torch.manual_seed(2)
-    with caplog.at_level(logging.WARNING):
-        loaded = _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=str(path))
+    loaded = _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=str(path))
     for key, value in source.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
-    assert "Not in the pretrained file" not in caplog.text  # nothing missing
-    assert "unused by the model" not in caplog.text         # fc.* is dropped silently
+    n = len(source.state_dict())
+    assert f"Loaded {n} of {n} model tensors from {path}." in load_logs.text
+    assert "Not in the checkpoint" not in load_logs.text      # nothing missing
+    assert "not used by the model" not in load_logs.text      # fc.* is dropped silently
+    assert all(r.levelno < logging.WARNING for r in load_logs.records)
 
 
-def test_pretrained_ibn_layout_loads_into_ibn_model_and_reports_the_rest(tmp_path, caplog):
+def test_pretrained_ibn_layout_loads_into_ibn_model_and_reports_the_rest(tmp_path, load_logs):
     torch.manual_seed(3)
     source = _backbone("18x", WITH_IBN=True)
     state = _torchvision_layout(source)
@@ -165,14 +177,16 @@ def test_pretrained_ibn_layout_loads_into_ibn_model_and_reports_the_rest(tmp_pat
     path = tmp_path / "resnet18_ibn_a.pth"
     torch.save(state, path)
     target = _backbone("18x", WITH_IBN=True)
-    with caplog.at_level(logging.INFO):
-        result = load_pretrained_weights(target, str(path))
+    result = load_imagenet_weights(target, str(path))
     assert torch.equal(target.layer1[0].bn1.IN.weight, source.layer1[0].bn1.IN.weight)
     assert torch.equal(target.layer3[1].bn1.BN.running_var, source.layer3[1].bn1.BN.running_var)
-    assert result.missing == ["layer4.1.conv2.weight", "layer4.1.bn2.bias"]
-    assert result.unexpected == ["layer9.extra.weight"]
-    assert len(result.mismatched) == 1 and "layer4.1.bn2.bias (7,)" in result.mismatched[0]
-    assert "layer4.1.conv2.weight" in caplog.text and "layer9.extra.weight" in caplog.text
+    assert result.missing_keys == ["layer4.1.conv2.weight", "layer4.1.bn2.bias"]
+    assert result.unexpected_keys == ["layer9.extra.weight"]
+    assert result.incorrect_shapes == [("layer4.1.bn2.bias", (7,), (512,))]
+    text = load_logs.text
+    assert "Not in the checkpoint, left as initialized (1):\n  layer4.1.conv2.weight" in text
+    assert "In the checkpoint but not used by the model (1):\n  layer9.extra.weight" in text
+    assert "layer4.1.bn2.bias: (7,) vs (512,)" in text
 
 
 def test_pretrained_missing_file_is_one_line_error(tmp_path):
@@ -181,13 +195,16 @@ def test_pretrained_missing_file_is_one_line_error(tmp_path):
         _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=path)
     message = str(info.value)
     assert "MODEL.BACKBONE.PRETRAIN_PATH" in message and path in message and "\n" not in message
+    assert isinstance(info.value, ReidUserError)
 
 
 def test_pretrained_empty_path_and_corrupt_file(tmp_path):
-    with pytest.raises(ValueError, match="PRETRAIN_PATH is empty"):
+    with pytest.raises(ValueError, match="PRETRAIN_PATH is empty") as empty:
         _backbone("18x", PRETRAIN=True, PRETRAIN_PATH="")
+    assert isinstance(empty.value, ReidUserError)
     bad = tmp_path / "bad.pth"
     bad.write_bytes(b"not a checkpoint")
     with pytest.raises(RuntimeError) as info:
         _backbone("18x", PRETRAIN=True, PRETRAIN_PATH=str(bad))
     assert str(bad) in str(info.value) and "\n" not in str(info.value)
+    assert "MODEL.BACKBONE.PRETRAIN_PATH" in str(info.value) and isinstance(info.value, ReidUserError)

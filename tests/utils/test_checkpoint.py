@@ -17,6 +17,8 @@ from reid_engine.utils.checkpoint import (
     format_load_summary,
     load_checkpoint_file,
 )
+from reid_engine.utils.errors import ReidUserError
+from reid_engine.utils.file_io import AtomicWritePathManager
 
 
 @pytest.fixture
@@ -253,7 +255,7 @@ def test_shape_mismatch_missing_and_unexpected_keys_are_summarised(tmp_path, log
     text = summaries[0]
     assert f"Loaded 1 of 7 model tensors from {tmp_path / 'other.pth'}." in text
     assert "0.weight: (5, 4) vs (3, 4)" in text and "1.running_mean: (5,) vs (3,)" in text
-    assert "Not in the checkpoint, left as initialised (1):\n  1.running_var" in text
+    assert "Not in the checkpoint, left as initialized (1):\n  1.running_var" in text
     assert "In the checkpoint but not used by the model (1):\n  extra.head.weight" in text
 
 
@@ -266,7 +268,7 @@ def test_format_load_summary_hand_written():
         "Loaded 6 of 10 model tensors from w.pth.\n"
         "Skipped 1 with a different shape (checkpoint vs model):\n"
         "  backbone.conv1.weight: (64, 3, 7, 7) vs (32, 3, 7, 7)\n"
-        "Not in the checkpoint, left as initialised (3):\n"
+        "Not in the checkpoint, left as initialized (3):\n"
         "  backbone.bn1.{bias, weight}\n"
         "  heads.weight\n"
         "In the checkpoint but not used by the model (2):\n"
@@ -373,3 +375,46 @@ def test_saving_objects_a_safe_load_refuses_warns_at_save_time(tmp_path, logs):
     Checkpointer(_model(), str(tmp_path)).save("model_final", iteration=3, rng={"numpy": np.random.get_state()})
     assert "safe load refuses" not in logs.text  # numpy RNG state is allowed
     assert Checkpointer(_model()).load(str(tmp_path / "model_final.pth"))["iteration"] == 3
+
+
+# ------------------------------------------------------------------ the shared loader and its errors
+
+
+def test_missing_file_is_a_user_error_and_tied_weights_are_not_missing(tmp_path, logs):
+    with pytest.raises(ckpt_module.CheckpointNotFoundError) as err:
+        load_checkpoint_file(str(tmp_path / "nowhere.pth"))
+    assert isinstance(err.value, ReidUserError) and isinstance(err.value, FileNotFoundError)
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Linear(3, 3)
+            self.decoder = nn.Linear(3, 3)
+            self.decoder.weight = self.encoder.weight  # one tensor, two names
+
+    source = Tied()
+    sd = {k: v for k, v in source.state_dict().items() if k != "decoder.weight"}
+    del sd["decoder.bias"]
+    torch.save(sd, tmp_path / "tied.pth")
+    target = Tied()
+    Checkpointer(target).load(str(tmp_path / "tied.pth"))
+    assert torch.equal(target.decoder.weight, source.encoder.weight)
+    text = logs.text
+    assert "Not in the checkpoint, left as initialized (1):\n  decoder.bias" in text  # not decoder.weight
+
+
+def test_saves_go_through_fvcore_with_atomic_files(tmp_path, monkeypatch):
+    """fvcore's own save writes through our path manager; a failure inside torch.save
+    leaves neither a partial file nor a temporary, and no tag."""
+    model = _model()
+    checkpointer = Checkpointer(model, str(tmp_path))
+    assert isinstance(checkpointer.path_manager, AtomicWritePathManager)
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"half")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(RuntimeError, match="disk full"):
+        checkpointer.save("model_0000001")
+    assert list(tmp_path.iterdir()) == []

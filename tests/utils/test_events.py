@@ -15,6 +15,7 @@ from reid_engine.utils.events import (
     TensorboardXWriter,
     get_event_storage,
 )
+from reid_engine.utils.scalar_history import ScalarHistory
 
 
 @pytest.fixture
@@ -115,6 +116,18 @@ def test_state_dict_is_bounded():
     state = storage.state_dict()["histories"]["loss"]
     assert len(state["values"]) == 1000 and state["values"][-1].item() == 1499.0
     assert state["count"] == 1500
+
+
+def test_scalar_history_reads_like_fvcore_and_bounds_its_length():
+    history = ScalarHistory(max_length=3)
+    for value in [4.0, 1.0, 7.0, 2.0]:
+        history.update(value)  # iteration defaults to the update count
+    assert history.values() == [(1.0, 1), (7.0, 2), (2.0, 3)]  # the oldest dropped
+    assert history.latest() == 2.0 and history.global_avg() == pytest.approx(3.5)  # all four count
+    assert history.median(3) == 2.0 and history.avg(2) == pytest.approx(4.5)
+    restored = ScalarHistory(max_length=2)
+    restored.load_state_dict(history.state_dict(max_values=3))
+    assert restored.values() == [(7.0, 2), (2.0, 3)] and restored.global_avg() == history.global_avg()
 
 
 def _read_json_lines(path):

@@ -22,8 +22,7 @@ from PIL import Image
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
 
 from reid_engine.data.datasets import SyntheticSpec, SyntheticWorld, get_dataset, resolve_data_root  # noqa: E402
-from reid_engine.data.datasets.synthetic_generator import read_marker  # noqa: E402
-from reid_engine.data.datasets.synthetic_render import render_image  # noqa: E402
+from reid_engine.data.synthetic import read_marker, render_image  # noqa: E402
 
 logger = logging.getLogger("synthetic_difficulty")
 

@@ -3,6 +3,15 @@
 Importing this package registers every dataset class in :data:`DATASET_REGISTRY`.
 """
 
+from ..synthetic import (  # re-exported: the generator moved to data.synthetic
+    DEFAULT_SPEC,
+    TINY_SPEC,
+    SyntheticSpec,
+    SyntheticWorld,
+    ensure_synthetic_reid,
+    generate_synthetic_reid,
+    write_contact_sheet,
+)
 from .bases import DatasetFormatError, ImageDataset, check_cross_camera_matches, merge_train_sets
 from .catalog import get_dataset
 from .cuhk03 import CUHK03, CUHK03Labeled
@@ -14,15 +23,6 @@ from .msmt17 import MSMT17
 from .paths import DatasetNotFoundError, resolve_data_root
 from .registry import DATASET_REGISTRY
 from .synthetic import SyntheticReID, SyntheticReIDTiny
-from .synthetic_generator import (
-                                  DEFAULT_SPEC,
-                                  TINY_SPEC,
-                                  SyntheticSpec,
-                                  SyntheticWorld,
-                                  ensure_synthetic_reid,
-                                  generate_synthetic_reid,
-                                  write_contact_sheet,
-)
 from .vehicleid import LargeVehicleID, MediumVehicleID, SmallVehicleID, VehicleID
 from .veri import VeRi
 

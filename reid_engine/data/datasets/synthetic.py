@@ -2,9 +2,7 @@
 
 import logging
 
-from .market_style import MarketStyleDataset
-from .registry import DATASET_REGISTRY
-from .synthetic_generator import (
+from ..synthetic import (
     DEFAULT_SPEC,
     GENERATOR_VERSION,
     TINY_SPEC,
@@ -12,6 +10,8 @@ from .synthetic_generator import (
     ensure_synthetic_reid,
     read_marker,
 )
+from .market_style import MarketStyleDataset
+from .registry import DATASET_REGISTRY
 
 logger = logging.getLogger(__name__)
 

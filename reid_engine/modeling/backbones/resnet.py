@@ -12,7 +12,7 @@ from torch import nn
 
 from ..layers import IBN, NonLocal, SELayer, get_norm
 from .build import BACKBONE_REGISTRY
-from .pretrained import load_pretrained_weights
+from .resnet_weights import load_imagenet_weights
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS"]
 
@@ -226,5 +226,5 @@ def build_resnet_backbone(cfg) -> ResNet:
     model = ResNet(block, blocks_per_stage, last_stride=opts.LAST_STRIDE, norm=opts.NORM,
                    with_ibn=opts.WITH_IBN, with_se=opts.WITH_SE, non_local_per_stage=non_local)
     if opts.PRETRAIN:
-        load_pretrained_weights(model, opts.PRETRAIN_PATH, "MODEL.BACKBONE.PRETRAIN_PATH")
+        load_imagenet_weights(model, opts.PRETRAIN_PATH, "MODEL.BACKBONE.PRETRAIN_PATH")
     return model

@@ -1,8 +1,8 @@
 """Procedural drawing of pedestrian-like 128x64 crops for the SyntheticReID benchmark.
 
 An :class:`Identity` fixes what a person looks like (body shape, skin, hair, clothing
-colours and pattern, shoes, bag); a :class:`Camera` fixes a scene (background, lighting,
-colour cast, blur, how often people face it); :func:`render_image` draws one sighting with
+colors and pattern, shoes, bag); a :class:`Camera` fixes a scene (background, lighting,
+color cast, blur, how often people face it); :func:`render_image` draws one sighting with
 per-image pose, scale, offset, mirror view, occlusion, blur and noise. Everything is drawn
 at twice the output size and reduced, which anti-aliases the shapes.
 """
@@ -71,8 +71,8 @@ class Camera:
     """One camera's scene and imaging conditions."""
 
     background: np.ndarray  # uint8 (H + 2 * BG_MARGIN, W + 2 * BG_MARGIN, 3) at 2x size
-    gain: Tuple[float, float, float]  # per-channel colour cast times brightness
-    haze: float             # blend towards a flat haze colour
+    gain: Tuple[float, float, float]  # per-channel color cast times brightness
+    haze: float             # blend towards a flat haze color
     haze_color: Color
     blur: float             # base blur radius at output size
     front_prob: float       # probability that a person faces this camera
@@ -88,10 +88,10 @@ def _jitter(rng: np.random.Generator, color: Color, amount: int) -> Color:
 
 
 def make_outfit_table(rng: np.random.Generator, size: int) -> List[Tuple[Color, Color]]:
-    """Draw ``size`` (upper, lower) colour pairs shared by all identities.
+    """Draw ``size`` (upper, lower) color pairs shared by all identities.
 
-    A small table makes groups of identities wear the same colours, so that colour alone
-    does not identify a person. Lower garments favour dark / denim colours, as in real
+    A small table makes groups of identities wear the same colors, so that color alone
+    does not identify a person. Lower garments favor dark / denim colors, as in real
     street scenes.
     """
     dark = [CLOTH_COLORS[i] for i in (0, 2, 3, 16, 15, 9)]
@@ -104,7 +104,7 @@ def make_outfit_table(rng: np.random.Generator, size: int) -> List[Tuple[Color, 
 
 
 def make_identity(rng: np.random.Generator, outfits: Sequence[Tuple[Color, Color]]) -> Identity:
-    """Draw one identity; its clothing colours come from the shared ``outfits`` table."""
+    """Draw one identity; its clothing colors come from the shared ``outfits`` table."""
     outfit = int(rng.integers(len(outfits)))
     upper, lower = outfits[outfit]
     pattern = _pick(rng, PATTERNS)
@@ -141,7 +141,7 @@ def _make_background(rng: np.random.Generator) -> np.ndarray:
     floor = _jitter(rng, _pick(rng, SCENE_COLORS), 20)
     draw.rectangle([0, horizon, bw, bh], fill=floor)
     x = int(rng.integers(-40, 0))
-    while x < bw:  # wall panels / shop fronts of varying colour
+    while x < bw:  # wall panels / shop fronts of varying color
         pw = int(rng.integers(30, 90))
         if rng.random() < 0.6:
             draw.rectangle([x, int(rng.integers(0, horizon // 3)), x + pw, horizon],
@@ -164,11 +164,11 @@ def _make_background(rng: np.random.Generator) -> np.ndarray:
 
 
 def make_camera(rng: np.random.Generator, cast_strength: float) -> Camera:
-    """Draw one camera: its scene, brightness, colour cast, haze and blur.
+    """Draw one camera: its scene, brightness, color cast, haze and blur.
 
     Args:
         rng: the camera's generator.
-        cast_strength: the largest per-channel deviation of the colour cast (0 = none).
+        cast_strength: the largest per-channel deviation of the color cast (0 = none).
     """
     brightness = rng.uniform(0.7, 1.15)
     cast = 1.0 + cast_strength * rng.uniform(-1.0, 1.0, size=3)

@@ -13,15 +13,13 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
 
-from .bases import DatasetFormatError
-from .synthetic_render import (
-    OUT_H,
-    OUT_W,
+from ..datasets.bases import DatasetFormatError
+from .render import (
     Camera,
     Identity,
     make_camera,
@@ -29,6 +27,11 @@ from .synthetic_render import (
     make_outfit_table,
     render_image,
 )
+
+__all__ = [
+    "GENERATOR_VERSION", "MARKER", "SPLIT_DIRS", "SyntheticSpec", "DEFAULT_SPEC", "TINY_SPEC",
+    "PlannedImage", "SyntheticWorld", "generate_synthetic_reid", "ensure_synthetic_reid", "read_marker",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +46,15 @@ class SyntheticSpec:
 
     Args:
         num_train_ids, num_test_ids: identities in the training / test split.
-        num_cameras: cameras (each with its own scene, lighting and colour cast).
+        num_cameras: cameras (each with its own scene, lighting and color cast).
         cams_per_id: (min, max) cameras that see one identity (min >= 2).
         images_per_cam: (min, max) images of an identity per camera that sees it.
         num_distractors: gallery images (pid 0) of people outside both splits.
-        palette_size: (upper, lower) clothing-colour pairs shared by all identities; small
-            values make many identities wear the same colours.
+        palette_size: (upper, lower) clothing-color pairs shared by all identities; small
+            values make many identities wear the same colors.
         occlusion_prob: probability of a partial occluder per image.
         noise: largest standard deviation of the pixel noise (0..255).
-        cast_strength: largest per-channel deviation of a camera's colour cast.
+        cast_strength: largest per-channel deviation of a camera's color cast.
         blur: largest per-image blur radius (pixels) on top of the camera's.
         seed: the seed everything derives from.
         jpeg_quality: JPEG quality of the written files.
@@ -271,51 +274,3 @@ def read_marker(dataset_dir: str) -> Optional[Dict]:
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-def colour_sharing_groups(world: SyntheticWorld, pids: Sequence[int]) -> Dict[int, List[int]]:
-    """Group ``pids`` (1-based) by shared outfit colours; only groups of 2+ are returned."""
-    groups: Dict[int, List[int]] = {}
-    for pid in pids:
-        groups.setdefault(world.identities[pid - 1].outfit, []).append(pid)
-    return {k: v for k, v in groups.items() if len(v) > 1}
-
-
-def write_contact_sheet(path: str, spec: SyntheticSpec = DEFAULT_SPEC, num_ids: int = 12,
-                        zoom: int = 2) -> str:
-    """Write a PNG grid of samples: rows = test identities, columns = cameras.
-
-    Identities wearing the same colours are placed on neighbouring rows, to show that
-    colour alone does not separate them.
-
-    Args:
-        path: the output PNG.
-        spec: the generator settings.
-        num_ids: the number of rows.
-        zoom: integer upscaling for viewing.
-    Returns:
-        ``path``.
-    """
-    world = SyntheticWorld(spec)
-    test_pids = list(range(spec.num_train_ids + 1, spec.num_train_ids + spec.num_test_ids + 1))
-    rows: List[int] = []
-    for group in colour_sharing_groups(world, test_pids).values():
-        rows.extend(group[:3])
-    rows = (rows + [p for p in test_pids if p not in rows])[:num_ids]
-    gap, label_w = 2, 34
-    sheet = Image.new("RGB", (label_w + spec.num_cameras * (OUT_W + gap),
-                              len(rows) * (OUT_H + gap) + 14), (255, 255, 255))
-    draw = ImageDraw.Draw(sheet)
-    for c in range(spec.num_cameras):
-        draw.text((label_w + c * (OUT_W + gap) + 20, 1), f"c{c + 1}", fill=(0, 0, 0))
-    for r, pid in enumerate(rows):
-        y = 14 + r * (OUT_H + gap)
-        draw.text((2, y + OUT_H // 2 - 5), f"{pid:04d}", fill=(0, 0, 0))
-        for c in range(spec.num_cameras):
-            item = PlannedImage("gallery", pid, pid - 1, c, 0)
-            sheet.paste(world.render(item), (label_w + c * (OUT_W + gap), y))
-    if zoom > 1:
-        sheet = sheet.resize((sheet.width * zoom, sheet.height * zoom), Image.NEAREST)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    sheet.save(path)
-    return path

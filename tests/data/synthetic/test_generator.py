@@ -1,4 +1,4 @@
-"""The SyntheticReID generator: determinism, layout, counts, difficulty and atomic creation.
+"""The SyntheticReID generator: determinism, layout, counts, plan rules and atomic creation.
 
 Only the tiny variant is generated here (~270 images, well under a second).
 """
@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from reid_engine.data.datasets import (
+from reid_engine.data.datasets import DatasetFormatError, get_dataset
+from reid_engine.data.synthetic import (
+    MARKER,
+    SPLIT_DIRS,
     TINY_SPEC,
-    DatasetFormatError,
     SyntheticWorld,
     ensure_synthetic_reid,
     generate_synthetic_reid,
-    get_dataset,
-    synthetic_generator,
-    write_contact_sheet,
+    generator,
+    read_marker,
 )
-from reid_engine.data.datasets.synthetic_generator import MARKER, SPLIT_DIRS, colour_sharing_groups, read_marker
 
 NAME = re.compile(r"^(\d{4})_c(\d)s1_(\d{6})_00\.jpg$")
 
@@ -80,42 +80,56 @@ def test_same_seed_gives_byte_identical_files(tiny_root, tmp_path):
     assert not mismatch and not errors and len(match) == len(files)
 
 
-def test_another_seed_gives_other_images():
-    a = SyntheticWorld(TINY_SPEC)
-    b = SyntheticWorld(dataclasses.replace(TINY_SPEC, seed=1))
-    item = a.plan[0]
-    assert not np.array_equal(np.asarray(a.render(item)), np.asarray(b.render(item)))
+def test_plan_follows_the_camera_and_image_count_rules():
+    spec = TINY_SPEC
+    world = SyntheticWorld(spec)
+    by_pid = {}
+    for item in world.plan:
+        by_pid.setdefault(item.pid, []).append(item)
+        assert 0 <= item.camera < spec.num_cameras
+    assert sorted(by_pid) == list(range(0, spec.num_train_ids + spec.num_test_ids + 1))
+    for pid, items in by_pid.items():
+        if pid == 0:
+            continue
+        cams = {}
+        for item in items:
+            cams[item.camera] = cams.get(item.camera, 0) + 1
+        assert spec.cams_per_id[0] <= len(cams) <= spec.cams_per_id[1], pid
+        assert all(spec.images_per_cam[0] <= n <= spec.images_per_cam[1] for n in cams.values()), pid
+        splits = {item.split for item in items}
+        assert splits == ({"train"} if pid <= spec.num_train_ids else {"query", "gallery"}), pid
+    # file names are unique: the frame counter runs per camera
+    assert len({item.rel_path for item in world.plan}) == len(world.plan)
 
 
-def test_identities_share_colours_but_differ_otherwise():
-    world = SyntheticWorld(TINY_SPEC)
-    pids = range(1, TINY_SPEC.num_train_ids + TINY_SPEC.num_test_ids + 1)
-    groups = colour_sharing_groups(world, pids)
-    assert sum(len(g) for g in groups.values()) >= 10  # many ids wear a colour pair worn by others
-    for group in groups.values():
-        looks = {dataclasses.astuple(dataclasses.replace(world.identities[p - 1], upper=(0, 0, 0),
-                                                         lower=(0, 0, 0)))
-                 for p in group}
-        assert len(looks) == len(group)  # same colours, yet no two identical people
+def test_distractors_are_pid_0_gallery_images_of_people_outside_both_splits():
+    spec = TINY_SPEC
+    world = SyntheticWorld(spec)
+    distractors = [item for item in world.plan if item.pid == 0]
+    assert len(distractors) == spec.num_distractors
+    assert all(item.split == "gallery" for item in distractors)
+    first = spec.num_train_ids + spec.num_test_ids
+    assert sorted(item.identity for item in distractors) == list(range(first, first + spec.num_distractors))
+    assert all(NAME.match(item.file_name).group(1) == "0000" for item in distractors)
 
 
-def test_cameras_look_different():
-    world = SyntheticWorld(TINY_SPEC)
-    means = [cam.background.reshape(-1, 3).mean(0) * np.asarray(cam.gain)
-             for cam in world.cameras]
-    assert min(np.abs(a - b).sum() for i, a in enumerate(means) for b in means[i + 1:]) > 5
+def test_file_names_are_market_style():
+    item = generator.PlannedImage("query", 27, 26, 2, 15)
+    assert item.file_name == "0027_c3s1_000015_00.jpg" and NAME.match(item.file_name)
+    assert item.rel_path == os.path.join("query", item.file_name)
+    assert generator.PlannedImage("gallery", 3, 2, 0, 1).rel_path.startswith("bounding_box_test")
 
 
 def test_second_construction_reuses_the_folder(tiny_root, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("must not regenerate")
 
-    monkeypatch.setattr(synthetic_generator, "generate_synthetic_reid", fail)
+    monkeypatch.setattr(generator, "generate_synthetic_reid", fail)
     assert ensure_synthetic_reid(tiny_root, "SyntheticReIDTiny", TINY_SPEC).endswith("Tiny")
 
 
 def test_losing_the_race_discards_our_copy(tmp_path, monkeypatch):
-    real = synthetic_generator.generate_synthetic_reid
+    real = generator.generate_synthetic_reid
     final = str(tmp_path / "SyntheticReIDTiny")
     small = dataclasses.replace(TINY_SPEC, num_train_ids=3, num_test_ids=2, num_distractors=1)
 
@@ -125,7 +139,7 @@ def test_losing_the_race_discards_our_copy(tmp_path, monkeypatch):
         open(os.path.join(final, "winner"), "w").close()
         return info
 
-    monkeypatch.setattr(synthetic_generator, "generate_synthetic_reid",
+    monkeypatch.setattr(generator, "generate_synthetic_reid",
                         generate_while_another_process_wins)
     assert ensure_synthetic_reid(str(tmp_path), "SyntheticReIDTiny", small) == final
     assert os.path.isfile(os.path.join(final, "winner"))  # theirs kept
@@ -137,7 +151,7 @@ def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):
         open(os.path.join(out_dir, "partial.jpg"), "w").close()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(synthetic_generator, "generate_synthetic_reid", crash)
+    monkeypatch.setattr(generator, "generate_synthetic_reid", crash)
     with pytest.raises(KeyboardInterrupt):
         ensure_synthetic_reid(str(tmp_path), "SyntheticReIDTiny", TINY_SPEC)
     assert os.listdir(str(tmp_path)) == []
@@ -156,17 +170,10 @@ def test_spec_validation():
         SyntheticWorld(dataclasses.replace(TINY_SPEC, cams_per_id=(2, 4)))  # only 3 cameras
 
 
-def test_contact_sheet(tmp_path):
-    path = write_contact_sheet(str(tmp_path / "sheet.png"), TINY_SPEC, num_ids=4, zoom=1)
-    with Image.open(path) as img:
-        # 4 rows of 128 px (+2 px gaps, 14 px header); 3 camera columns of 64 px after a label.
-        assert img.size == (34 + 3 * 66, 14 + 4 * 130)
-
-
 def test_make_synthetic_tool(tmp_path):
     import runpy
 
-    tool = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "..", "tools",
+    tool = runpy.run_path(os.path.join(os.path.dirname(__file__), "..", "..", "..", "tools",
                                        "make_synthetic.py"))
     status = tool["main"](["--root", str(tmp_path), "--tiny", "--train-ids", "4", "--test-ids",
                            "3", "--distractors", "2", "--contact-sheet",
