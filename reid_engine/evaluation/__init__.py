@@ -6,6 +6,7 @@ from .distance import compute_distance_matrix, iter_distance_chunks
 from .evaluator import (
     DatasetEvaluator,
     DatasetEvaluators,
+    flip_averaged,
     inference_context,
     inference_on_dataset,
     print_csv_format,
@@ -28,6 +29,7 @@ __all__ = [
     "compute_distance_matrix",
     "evaluate_rank",
     "evaluate_rank_from_features",
+    "flip_averaged",
     "inference_context",
     "inference_on_dataset",
     "iter_distance_chunks",

@@ -13,17 +13,14 @@ import argparse
 import dataclasses
 import logging
 import os
-import sys
 import time
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-
-from reid_engine.data.datasets import SyntheticSpec, SyntheticWorld, get_dataset, resolve_data_root  # noqa: E402
-from reid_engine.data.datasets.synthetic_generator import read_marker  # noqa: E402
-from reid_engine.data.datasets.synthetic_render import render_image  # noqa: E402
+from reid_engine.data.datasets import SyntheticSpec, SyntheticWorld, get_dataset, resolve_data_root
+from reid_engine.data.datasets.synthetic_generator import read_marker
+from reid_engine.data.datasets.synthetic_render import render_image
 
 logger = logging.getLogger("synthetic_difficulty")
 
