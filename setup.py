@@ -38,5 +38,14 @@ setup(
         "vis": ["matplotlib>=3.5"],
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
     },
-    entry_points={"console_scripts": ["reid-train=reid_engine.engine.cli:console_main"]},
+    entry_points={
+        "console_scripts": [
+            "reid-train=reid_engine.cli.train:main",
+            "reid-extract=reid_engine.cli.extract:main",
+            "reid-export=reid_engine.cli.export:main",
+            "reid-visualize=reid_engine.cli.visualize:main",
+            "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
+            "reid-benchmark=reid_engine.cli.benchmark:main",
+        ]
+    },
 )

@@ -21,6 +21,8 @@ __all__ = ["CfgNode", "ConfigError", "load_yaml_with_bases"]
 class ConfigError(ReidUserError, KeyError, ValueError):
     """A config problem the user can fix: an unknown key, a wrong type, a bad file."""
 
+    exit_code = 2  # a usage error (see reid_engine.utils.errors)
+
     def __str__(self):  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 

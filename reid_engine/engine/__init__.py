@@ -2,5 +2,4 @@
 from .defaults import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
 from .launch import *  # noqa: F401,F403
-from .predictor import *  # noqa: F401,F403
 from .train_loop import *  # noqa: F401,F403

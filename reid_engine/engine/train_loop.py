@@ -13,11 +13,16 @@ from torch import nn
 
 from ..utils import comm
 from ..utils.env import get_rng_states, set_rng_states
+from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage, get_event_storage
 
-__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer"]
+__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError"]
 
 logger = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(ReidUserError, FloatingPointError):
+    """The loss became NaN or infinite; the message names the iteration and what to change."""
 
 
 class HookBase:
@@ -292,7 +297,7 @@ class SimpleTrainer(TrainerBase):
     def _check_finite(self, losses: torch.Tensor, loss_dict: Mapping[str, torch.Tensor]) -> None:
         if not torch.isfinite(losses).all():
             values = ", ".join(f"{k}={float(v.detach().float()):.6g}" for k, v in loss_dict.items())
-            raise FloatingPointError(
+            raise NonFiniteLossError(
                 f"Loss became infinite or NaN at iteration {self.iter}: {values} "
                 "(lower the learning rate or check the data)"
             )

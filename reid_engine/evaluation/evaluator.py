@@ -19,6 +19,7 @@ __all__ = [
     "result_check_failures",
     "DatasetEvaluator",
     "DatasetEvaluators",
+    "flip_averaged",
     "inference_context",
     "inference_on_dataset",
     "print_csv_format",
@@ -107,12 +108,21 @@ def _synchronize_device(model: torch.nn.Module) -> None:
             torch.cuda.synchronize(device)
 
 
-def _flip_averaged(model, inputs):
-    """Mean of the features of the batch and of its horizontally mirrored copy."""
-    outputs = model(inputs)
-    flipped = dict(inputs)
-    flipped["images"] = inputs["images"].flip(3)
-    return (outputs + model(flipped)) / 2
+def flip_averaged(model, inputs):
+    """Mean of the features of a batch and of its horizontally mirrored copy (TEST.FLIP).
+
+    Args:
+        model: an eval-mode model returning (B, D) features.
+        inputs: a (B, 3, H, W) image tensor, or a batch dict with "images".
+    Returns:
+        the (B, D) features averaged over both orientations.
+    """
+    if isinstance(inputs, torch.Tensor):
+        flipped = inputs.flip(3)
+    else:
+        flipped = dict(inputs)
+        flipped["images"] = inputs["images"].flip(3)
+    return (model(inputs) + model(flipped)) / 2
 
 
 def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False,
@@ -152,7 +162,7 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
                 timed_start, timed_images, compute_time = time.perf_counter(), 0, 0.0
             batch_size = int(inputs["images"].shape[0])
             compute_start = time.perf_counter()
-            outputs = _flip_averaged(model, inputs) if flip_test else model(inputs)
+            outputs = flip_averaged(model, inputs) if flip_test else model(inputs)
             _synchronize_device(model)
             compute_time += time.perf_counter() - compute_start
             if evaluator is not None:

@@ -1,14 +1,51 @@
-"""The marker for errors a user can fix from the command line.
+"""The errors a user can fix, and the contract of their messages.
 
-An error of this kind carries a one-line message that names the problem and the fix;
-the command line prints that line alone instead of a traceback.
+Every user-fixable error derives from :class:`ReidUserError`. Its message is ONE line
+that names what is wrong, the config key, flag or path concerned, and the fix, in the
+form ``<what> (<key>): <fix>`` (or an equivalent sentence holding all three). The
+command line (``reid_engine.cli``) prints it as ``<prog>: error: <message>`` without a
+traceback and exits with the error's ``exit_code``:
+
+- 2 for usage errors: a bad flag, an unknown config key or a wrong config value;
+- 1 for run failures: missing data, a corrupt image, a bad checkpoint, a NaN loss, a
+  missing optional package.
+
+Anything else that escapes a command is a bug and keeps its traceback.
 """
+import importlib
+from typing import Optional
 
-__all__ = ["ReidUserError", "DeviceUnavailableError", "InvalidDeviceError"]
+__all__ = [
+    "ReidUserError",
+    "UsageError",
+    "MissingPackageError",
+    "DeviceUnavailableError",
+    "InvalidDeviceError",
+    "require_module",
+]
+
+USAGE_EXIT_CODE = 2
+RUN_FAILURE_EXIT_CODE = 1
 
 
 class ReidUserError(Exception):
-    """Base of every user-fixable error (bad config, missing data, bad checkpoint...)."""
+    """Base of every user-fixable error (bad config, missing data, bad checkpoint...).
+
+    Attributes:
+        exit_code: the process exit status the command line ends with (1: a run failure).
+    """
+
+    exit_code = RUN_FAILURE_EXIT_CODE
+
+
+class UsageError(ReidUserError, ValueError):
+    """A bad argument or option value: the request itself cannot be carried out."""
+
+    exit_code = USAGE_EXIT_CODE
+
+
+class MissingPackageError(ReidUserError, ImportError):
+    """An optional package a feature needs is not installed; the message names the pip command."""
 
 
 class DeviceUnavailableError(ReidUserError, RuntimeError):
@@ -17,3 +54,24 @@ class DeviceUnavailableError(ReidUserError, RuntimeError):
 
 class InvalidDeviceError(ReidUserError, ValueError):
     """MODEL.DEVICE is not a device name torch understands."""
+
+    exit_code = USAGE_EXIT_CODE
+
+
+def require_module(name: str, purpose: str, package: Optional[str] = None):
+    """Import an optional dependency, or fail with a one-line install hint.
+
+    Args:
+        name: the module to import (e.g. "matplotlib").
+        purpose: what needs it (first words of the message).
+        package: the pip package name when it differs from `name`.
+    Returns:
+        the imported module.
+    Raises:
+        MissingPackageError: the module is not installed.
+    """
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise MissingPackageError(
+            f"{purpose} needs {name}, which is not installed: pip install {package or name}") from None

@@ -27,9 +27,9 @@ def main():
         return real_replace(src, dst, *args, **kwargs)
 
     os.replace = replace_then_maybe_die
-    from reid_engine.engine.cli import run
+    from reid_engine.cli.train import main as train_main
 
-    sys.exit(run(sys.argv[2:]))
+    sys.exit(train_main(sys.argv[2:]))
 
 
 if __name__ == "__main__":

@@ -184,12 +184,16 @@ def populated_out(finished_run, tmp_path):
     return out
 
 
-def _assert_one_line_error(proc, *needles):
-    assert proc.returncode != 0
+USAGE_ERROR, RUN_FAILURE = 2, 1  # exit codes: bad flags / config keys or values; failures of the run
+
+
+def _assert_one_line_error(proc, exit_code, *needles):
+    assert proc.returncode == exit_code, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
     assert lines, proc.stdout[-2000:]
     err = lines[-1]
-    assert err.startswith("reid_engine: error:"), proc.stderr[-3000:]
+    assert err.startswith("reid-train: error:"), proc.stderr[-3000:]
+    assert [line for line in lines if "error:" in line] == [err], proc.stderr[-3000:]
     for n in needles:
         assert n in err, err
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -208,28 +212,28 @@ def _assert_kept(before, out):
 
 
 @pytest.mark.parametrize(
-    "extra,needles",
+    "extra,exit_code,needles",
     [
-        (["SOLVER.BASE_LRR", "0.1"], ["SOLVER.BASE_LRR", "SOLVER.BASE_LR"]),
-        (["SOLVER.BASE_LR", "fast"], ["SOLVER.BASE_LR", "float", "fast"]),
-        (["SOLVER.BASE_LR"], ["odd number"]),
-        (["MODEL.DEVICE", "cuda"], ["MODEL.DEVICE"]),
-        (["DATASETS.NAMES", "('Market1501',)"], ["Market-1501-v15.09.15"]),
-        (["MODEL.WEIGHTS", "/nonexistent/model.pth"], ["/nonexistent/model.pth"]),
+        (["SOLVER.BASE_LRR", "0.1"], USAGE_ERROR, ["SOLVER.BASE_LRR", "SOLVER.BASE_LR"]),
+        (["SOLVER.BASE_LR", "fast"], USAGE_ERROR, ["SOLVER.BASE_LR", "float", "fast"]),
+        (["SOLVER.BASE_LR"], USAGE_ERROR, ["odd number"]),
+        (["MODEL.DEVICE", "cuda"], RUN_FAILURE, ["MODEL.DEVICE"]),
+        (["DATASETS.NAMES", "('Market1501',)"], RUN_FAILURE, ["Market-1501-v15.09.15"]),
+        (["MODEL.WEIGHTS", "/nonexistent/model.pth"], RUN_FAILURE, ["/nonexistent/model.pth"]),
     ],
 )
-def test_bad_input_is_one_clear_line_and_keeps_outputs(populated_out, data_root, extra, needles):
+def test_bad_input_is_one_clear_line_and_keeps_outputs(populated_out, data_root, extra, exit_code, needles):
     if extra == ["MODEL.DEVICE", "cuda"] and torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     before = snapshot(populated_out)
     proc = run_cli(tiny_args(data_root, populated_out, *extra))
-    _assert_one_line_error(proc, *needles)
+    _assert_one_line_error(proc, exit_code, *needles)
     _assert_kept(before, populated_out)
 
 
 def test_missing_config_file(tmp_path):
     proc = run_cli(["--config-file", str(tmp_path / "nope.yml")])
-    _assert_one_line_error(proc, "nope.yml")
+    _assert_one_line_error(proc, USAGE_ERROR, "nope.yml")
 
 
 def test_weights_that_are_not_a_checkpoint(populated_out, data_root, tmp_path):
@@ -237,7 +241,7 @@ def test_weights_that_are_not_a_checkpoint(populated_out, data_root, tmp_path):
     bad.write_text("these are not weights")
     before = snapshot(populated_out)
     proc = run_cli(["--eval-only"] + tiny_args(data_root, populated_out, "MODEL.WEIGHTS", str(bad)))
-    _assert_one_line_error(proc, str(bad))
+    _assert_one_line_error(proc, RUN_FAILURE, str(bad))
     _assert_kept(before, populated_out)
 
 
@@ -249,7 +253,7 @@ def test_corrupt_image_names_its_path(data_root, tmp_path):
     (train_dir / victim).write_bytes(b"\xff\xd8 definitely not a jpeg")
     proc = run_cli(tiny_args(str(root), tmp_path / "out", "DATALOADER.SAMPLER_TRAIN", "TrainingSampler",
                              "SOLVER.MAX_EPOCH", "1"))
-    _assert_one_line_error(proc, victim)
+    _assert_one_line_error(proc, RUN_FAILURE, victim)
 
 
 def test_resume_without_checkpoint_starts_fresh(data_root, tmp_path):
@@ -265,7 +269,7 @@ def test_nan_loss_names_iteration_and_keeps_last_checkpoint(populated_out, data_
     # Resume past the end with a broken normalisation: the first new step is non-finite.
     proc = run_cli(["--resume"] + tiny_args(data_root, populated_out, "SOLVER.MAX_EPOCH", "4",
                                             "MODEL.PIXEL_STD", "[1e-38, 1e-38, 1e-38]"))
-    _assert_one_line_error(proc, "iteration")
+    _assert_one_line_error(proc, RUN_FAILURE, "iteration")
     _assert_kept(before, populated_out)
     with open(populated_out / "last_checkpoint") as f:
         assert f.read().strip() == "model_final.pth"

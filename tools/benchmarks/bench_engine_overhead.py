@@ -16,7 +16,6 @@ Usage:
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -25,13 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-
-from reid_engine.engine import hooks  # noqa: E402
-from reid_engine.engine.train_loop import SimpleTrainer  # noqa: E402
-from reid_engine.utils.checkpoint import Checkpointer  # noqa: E402
-from reid_engine.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter  # noqa: E402
-from reid_engine.utils.logger import setup_logger  # noqa: E402
+from reid_engine.engine import hooks
+from reid_engine.engine.train_loop import SimpleTrainer
+from reid_engine.utils.checkpoint import Checkpointer
+from reid_engine.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+from reid_engine.utils.logger import setup_logger
 
 TARGET_PERCENT = 2.0
 NUM_CLASSES = 50

@@ -22,11 +22,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from reid_engine.evaluation import evaluate_rank, evaluate_rank_from_features, iter_distance_chunks  # noqa: E402
-from reid_engine.evaluation.rank import RankAccumulator  # noqa: E402
-from reid_engine.evaluation.rerank import iter_rerank_chunks  # noqa: E402
+from reid_engine.evaluation import evaluate_rank, evaluate_rank_from_features, iter_distance_chunks
+from reid_engine.evaluation.rank import RankAccumulator
+from reid_engine.evaluation.rerank import iter_rerank_chunks
 
 SIZES = {  # queries, gallery, identities, cameras
     "market": (3368, 15913, 751, 6),

@@ -11,18 +11,14 @@ Example:
     python tools/benchmarks/bench_model.py --device cuda --steps 20
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from reid_engine.config import get_cfg  # noqa: E402
-from reid_engine.modeling import build_model  # noqa: E402
-from reid_engine.modeling.meta_arch import count_flops, count_parameters  # noqa: E402
+from reid_engine.config import get_cfg
+from reid_engine.modeling import build_model
+from reid_engine.modeling.meta_arch import count_flops, count_parameters
 
 # name -> (depth, input height, input width)
 MODELS = {

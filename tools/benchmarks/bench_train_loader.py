@@ -20,7 +20,6 @@ Usage:
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from typing import Dict, List
@@ -29,11 +28,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-
-from reid_engine.config import get_cfg  # noqa: E402
-from reid_engine.data import build_reid_train_loader, build_transforms, read_image  # noqa: E402
-from reid_engine.data.common import sample_rng  # noqa: E402
+from reid_engine.config import get_cfg
+from reid_engine.data import build_reid_train_loader, build_transforms, read_image
+from reid_engine.data.common import sample_rng
 
 TARGET_PER_WORKER = 1000.0
 

@@ -13,16 +13,13 @@ import argparse
 import dataclasses
 import logging
 import os
-import sys
 import time
 
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
-
-from reid_engine.data.datasets import SyntheticSpec, SyntheticWorld, get_dataset, resolve_data_root  # noqa: E402
-from reid_engine.data.synthetic import read_marker, render_image  # noqa: E402
+from reid_engine.data.datasets import SyntheticSpec, SyntheticWorld, get_dataset, resolve_data_root
+from reid_engine.data.synthetic import read_marker, render_image
 
 logger = logging.getLogger("synthetic_difficulty")
 

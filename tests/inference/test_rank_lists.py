@@ -1,22 +1,26 @@
-"""tools/visualize_ranks.py: PNG sizes, query choice, ranking, borders, missing matplotlib."""
+"""reid_engine.inference.rank_lists: PNG sizes, query choice, ranking, borders."""
 import os
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from reid_engine.data.datasets import get_dataset
-from reid_engine.engine.inference_tools import ToolError
+from reid_engine.inference import rank_figures, rank_lists
+from reid_engine.utils.errors import UsageError
 
-from ._helpers import load_tool, tiny_cfg
+from ._helpers import tiny_cfg
 
 pytest.importorskip("matplotlib")
 
 
 @pytest.fixture(scope="module")
 def tool():
-    return load_tool("visualize_ranks")
+    """The visualization API: the ranking and drawing functions and their constants, in one namespace."""
+    import types
+
+    names = {**vars(rank_figures), **vars(rank_lists)}
+    return types.SimpleNamespace(**{k: v for k, v in names.items() if not k.startswith("__")})
 
 
 def test_pngs_are_written_with_the_expected_size(tool, data_root, tiny_checkpoint, tiny_predictor, tmp_path):
@@ -33,9 +37,9 @@ def test_pngs_are_written_with_the_expected_size(tool, data_root, tiny_checkpoin
     for name in rank_files:
         with Image.open(os.path.join(out, name)) as img:
             assert img.size == tool.rank_figure_size(6)
-            # The query's blue frame is drawn: some pixels carry exactly its colour.
+            # The query's blue frame is drawn: some pixels carry exactly its color.
             pixels = np.asarray(img.convert("RGB")).reshape(-1, 3)
-            assert (pixels == tool.COLOURS["query"]).all(axis=1).sum() > 100
+            assert (pixels == tool.COLORS["query"]).all(axis=1).sum() > 100
     for name in ("roc.png", "distance_hist.png"):
         with Image.open(os.path.join(out, name)) as img:
             assert img.size == tool.curve_figure_size() == (640, 480)
@@ -49,7 +53,7 @@ def test_rank_list_borders_are_green_for_matches_and_red_otherwise(tool, data_ro
     with Image.open(path) as img:
         assert img.size == tool.rank_figure_size(3)
         pixels = np.asarray(img.convert("RGB")).reshape(-1, 3)
-    count = {name: int((pixels == colour).all(axis=1).sum()) for name, colour in tool.COLOURS.items()}
+    count = {name: int((pixels == color).all(axis=1).sum()) for name, color in tool.COLORS.items()}
     # Two green frames (plus their green captions), one red frame, one blue.
     assert count["match"] > 1.5 * count["wrong"] > 0 and count["query"] > 0
 
@@ -60,7 +64,7 @@ def test_choose_queries_by_index_and_by_lowest_ap(tool):
     assert tool.choose_queries(ap, valid, [], worst=2) == [1, 4]  # invalid query 3 never counts
     assert tool.choose_queries(ap, valid, [2], worst=2) == [2, 1, 4]
     assert tool.choose_queries(ap, valid, [4, 4], worst=1) == [4, 1]
-    with pytest.raises(ToolError, match="out of range: the query set has 5 images"):
+    with pytest.raises(UsageError, match="out of range: the query set has 5 images"):
         tool.choose_queries(ap, valid, [5], worst=0)
 
 
@@ -98,12 +102,3 @@ def test_roc_curve_from_hand_computed_pairs(tool):
     np.testing.assert_allclose(roc["fpr"], np.geomspace(0.2, 1.0, 5))
     assert roc["tpr"].tolist() == [0.5, 0.5, 1.0, 1.0, 1.0]
     assert roc["marks"] == {}  # 1e-4 .. 1e-2 are below what 5 negatives can resolve
-
-
-def test_missing_matplotlib_is_one_clear_line(tool, monkeypatch, tmp_path, capsys, tiny_config_file):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    args = tool.build_parser().parse_args(["--config-file", tiny_config_file, "--output", str(tmp_path)])
-    assert tool.run_tool("visualize_ranks", tool.main, args) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == ("visualize_ranks: error: visualize_ranks needs matplotlib, which is not installed: "
-                   "pip install matplotlib")

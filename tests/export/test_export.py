@@ -1,23 +1,19 @@
-"""tools/export.py: TorchScript and ONNX exports equal PyTorch; unsupported layers are named."""
+"""reid_engine.export: TorchScript and ONNX exports equal PyTorch; unsupported layers are named."""
 import pytest
 import torch
 from torch import nn
 
-from reid_engine.engine.inference_tools import FeatureExtractor, ToolError
-
-from ._helpers import load_tool, tiny_cfg
-
-
-@pytest.fixture(scope="module")
-def tool():
-    return load_tool("export")
+from reid_engine import export
+from reid_engine.export import ExportError
+from reid_engine.inference import FeatureExtractor
+from tests.inference._helpers import tiny_cfg
 
 
 @pytest.fixture(scope="module")
-def exported(tool, data_root, tiny_checkpoint, tiny_predictor, tmp_path_factory):
+def exported(data_root, tiny_checkpoint, tiny_predictor, tmp_path_factory):
     """Both exports of the tiny model (uint8 input, normalised features) and the check results."""
     out = str(tmp_path_factory.mktemp("export"))
-    return tool.export_model(tiny_cfg(data_root, tiny_checkpoint), out, batch_size=2, check_batch_size=3,
+    return export.export_model(tiny_cfg(data_root, tiny_checkpoint), out, batch_size=2, check_batch_size=3,
                              model=tiny_predictor.model)
 
 
@@ -26,16 +22,16 @@ def _reference(tiny_predictor, images):
         return FeatureExtractor(tiny_predictor.model)(images)
 
 
-def test_torchscript_equals_pytorch_on_another_batch_size(tool, exported, tiny_predictor):
+def test_torchscript_equals_pytorch_on_another_batch_size(exported, tiny_predictor):
     assert exported["torchscript"]["max_abs_diff"] <= 1e-4
-    images = tool.random_images(5, (64, 32), "uint8", seed=7)
-    outputs = torch.from_numpy(tool.run_torchscript(exported["torchscript"]["path"], images))
+    images = export.random_images(5, (64, 32), "uint8", seed=7)
+    outputs = torch.from_numpy(export.run_torchscript(exported["torchscript"]["path"], images))
     assert outputs.shape == (5, 512)
     torch.testing.assert_close(outputs, _reference(tiny_predictor, images), atol=1e-5, rtol=0)
     torch.testing.assert_close(outputs.norm(dim=1), torch.ones(5), atol=1e-5, rtol=0)
 
 
-def test_onnx_has_a_dynamic_batch_and_equals_pytorch(tool, exported, tiny_predictor):
+def test_onnx_has_a_dynamic_batch_and_equals_pytorch(exported, tiny_predictor):
     onnx = pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     assert exported["onnx"]["max_abs_diff"] is not None and exported["onnx"]["max_abs_diff"] <= 1e-4
@@ -44,17 +40,17 @@ def test_onnx_has_a_dynamic_batch_and_equals_pytorch(tool, exported, tiny_predic
     assert graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
     assert graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.UINT8
     for batch in (1, 6):
-        images = tool.random_images(batch, (64, 32), "uint8", seed=batch)
-        outputs = torch.from_numpy(tool.run_onnx(exported["onnx"]["path"], images))
+        images = export.random_images(batch, (64, 32), "uint8", seed=batch)
+        outputs = torch.from_numpy(export.run_onnx(exported["onnx"]["path"], images))
         assert outputs.shape == (batch, 512)
         assert (outputs - _reference(tiny_predictor, images)).abs().max().item() <= 1e-4
 
 
-def test_raw_float_export(tool, tiny_predictor, tmp_path):
+def test_raw_float_export(tiny_predictor, tmp_path):
     module = FeatureExtractor(tiny_predictor.model, normalize=False)
-    images = tool.random_images(2, (64, 32), "float32", seed=3)
-    path = tool.export_torchscript(module, images, str(tmp_path / "raw.pt"))
-    outputs = torch.from_numpy(tool.run_torchscript(path, images))
+    images = export.random_images(2, (64, 32), "float32", seed=3)
+    path = export.export_torchscript(module, images, str(tmp_path / "raw.pt"))
+    outputs = torch.from_numpy(export.run_torchscript(path, images))
     with torch.no_grad():
         expected = tiny_predictor.model(images)
     torch.testing.assert_close(outputs, expected, atol=1e-5, rtol=1e-5)
@@ -68,11 +64,11 @@ class CumMaxPool(nn.Module):
         return torch.cummax(x, dim=2)[0].mean(dim=(2, 3), keepdim=True)
 
 
-def test_unsupported_onnx_operator_names_the_layer(tool, tiny_predictor, tmp_path, monkeypatch):
+def test_unsupported_onnx_operator_names_the_layer(tiny_predictor, tmp_path, monkeypatch):
     monkeypatch.setattr(tiny_predictor.model.heads, "pool_layer", CumMaxPool())
-    images = tool.random_images(2, (64, 32), "uint8", seed=0)
-    with pytest.raises(ToolError) as info:
-        tool.export_onnx(FeatureExtractor(tiny_predictor.model), images, str(tmp_path / "bad.onnx"))
+    images = export.random_images(2, (64, 32), "uint8", seed=0)
+    with pytest.raises(ExportError) as info:
+        export.export_onnx(FeatureExtractor(tiny_predictor.model), images, str(tmp_path / "bad.onnx"))
     message = str(info.value)
     assert "\n" not in message
     assert "operator aten::cummax (opset 17) is not supported" in message
@@ -101,15 +97,15 @@ class TinyNet(nn.Module):
         return self.bad(self.conv(images.float())).mean(dim=(2, 3))
 
 
-def test_unscriptable_layer_is_named_and_trace_still_works(tool, tmp_path):
+def test_unscriptable_layer_is_named_and_trace_still_works(tmp_path):
     module = FeatureExtractor(TinyNet().eval())
-    images = tool.random_images(2, (8, 8), "uint8", seed=0)
-    with pytest.raises(ToolError) as info:
-        tool.export_torchscript(module, images, str(tmp_path / "s.pt"), mode="script")
+    images = export.random_images(2, (8, 8), "uint8", seed=0)
+    with pytest.raises(ExportError) as info:
+        export.export_torchscript(module, images, str(tmp_path / "s.pt"), mode="script")
     message = str(info.value)
     assert message.startswith("TorchScript scripting failed in module model.bad (Unscriptable): ")
     assert "--torchscript-mode trace" in message and "\n" not in message
-    path = tool.export_torchscript(module, images, str(tmp_path / "t.pt"), mode="trace")
+    path = export.export_torchscript(module, images, str(tmp_path / "t.pt"), mode="trace")
     with torch.no_grad():
         expected = module(images)
-    torch.testing.assert_close(torch.from_numpy(tool.run_torchscript(path, images)), expected)
+    torch.testing.assert_close(torch.from_numpy(export.run_torchscript(path, images)), expected)

@@ -1,8 +1,4 @@
-"""Helpers of the inference-tool tests: the tiny config and loading the tool scripts."""
-import importlib.util
-import os
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""Helpers of the inference, export and command-line tests: the tiny config."""
 
 TINY_NUM_CLASSES = 24  # training identities of SyntheticReIDTiny
 
@@ -31,11 +27,3 @@ def tiny_cfg(data_root: str, weights: str = "", extra=()):
     cfg.merge_from_list(tiny_opts(data_root, weights) + list(extra))
     cfg.freeze()
     return cfg
-
-
-def load_tool(name: str):
-    """Import `tools/<name>.py` as a module (the tools are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", os.path.join(REPO_ROOT, "tools", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -5,18 +5,21 @@ import torch
 
 from ..config import CfgNode
 from ..data import build_transforms
-from .inference_tools import as_pil_image, build_inference_model, embed_images, inference_config
+from ..utils.errors import UsageError
+from .extraction import embed_images
+from .images import as_pil_image
+from .model import build_inference_model, inference_config
 
 __all__ = ["DefaultPredictor"]
 
 
 class DefaultPredictor:
-    """Turn images into L2-normalised ReID embeddings with the model of a config.
+    """Turn images into L2-normalized ReID embeddings with the model of a config.
 
     The model is built from `cfg` (MODEL.BACKBONE.PRETRAIN off; a MODEL.HEADS.NUM_CLASSES
     of 0 is read from the checkpoint, since the classifier is unused at inference),
     MODEL.WEIGHTS is loaded, and the model runs in eval mode on MODEL.DEVICE. Images go
-    through the test transforms (INPUT.SIZE_TEST, optional centre crop); with
+    through the test transforms (INPUT.SIZE_TEST, optional center crop); with
     TEST.FLIP.ENABLED the feature of the mirrored image is averaged in, as in evaluation.
 
     Example:
@@ -42,7 +45,7 @@ class DefaultPredictor:
         self.transforms = build_transforms(self.cfg, is_train=False)
         self.batch_size = int(batch_size or self.cfg.TEST.IMS_PER_BATCH)
         if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size} (check TEST.IMS_PER_BATCH)")
+            raise UsageError(f"batch_size must be >= 1, got {self.batch_size} (TEST.IMS_PER_BATCH): pass a positive size")
         self.flip = bool(self.cfg.TEST.FLIP.ENABLED)
 
     @property
@@ -69,12 +72,12 @@ class DefaultPredictor:
             images: one image, or a list / tuple of images; each a file path, a Pillow
                 image, or an (H, W, 3) uint8 RGB numpy array.
         Returns:
-            (N, D) float32 CPU tensor of L2-normalised embeddings (N = 1 for one image),
+            (N, D) float32 CPU tensor of L2-normalized embeddings (N = 1 for one image),
             rows in input order.
         """
         batch: Sequence[Any] = images if isinstance(images, (list, tuple)) else [images]
         if len(batch) == 0:
-            raise ValueError("no image given: pass an image or a non-empty list of images")
+            raise UsageError("no image given: pass an image or a non-empty list of images")
         chunks: List[torch.Tensor] = []
         for start in range(0, len(batch), self.batch_size):
             tensors = [self.preprocess(img) for img in batch[start:start + self.batch_size]]
@@ -87,6 +90,6 @@ class DefaultPredictor:
         Args:
             images: (B, 3, H, W) uint8 (or float 0..255) tensor, on any device.
         Returns:
-            (B, D) float32 CPU tensor of L2-normalised embeddings.
+            (B, D) float32 CPU tensor of L2-normalized embeddings.
         """
         return embed_images(self.model, images, flip=self.flip)

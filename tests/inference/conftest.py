@@ -1,4 +1,7 @@
-"""Fixtures of the inference-tool tests: a tiny model checkpoint and its config."""
+"""Fixtures of the inference, export and command-line tests: a tiny model checkpoint and its config.
+
+tests/export and tests/cli import them from here.
+"""
 import os
 
 import pytest
@@ -34,6 +37,6 @@ def tiny_config_file(tmp_path_factory, data_root, tiny_checkpoint):
 @pytest.fixture(scope="session")
 def tiny_predictor(data_root, tiny_checkpoint):
     """A DefaultPredictor of the tiny checkpoint (tests that change it must restore it)."""
-    from reid_engine.engine.predictor import DefaultPredictor
+    from reid_engine.inference import DefaultPredictor
 
     return DefaultPredictor(tiny_cfg(data_root, tiny_checkpoint))

@@ -1,4 +1,4 @@
-"""tools/extract_features.py: file contents and order, 1 and 2 workers, folders, both formats."""
+"""reid-extract (tools/extract_features.py): file contents and order, 1 and 2 workers, folders, both formats."""
 import json
 import os
 import shutil
@@ -9,16 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from reid_engine.cli import extract
 from reid_engine.data import build_transforms, read_image
 from reid_engine.data.datasets import get_dataset
-from reid_engine.engine.inference_tools import feature_paths, load_features
-
-from ._helpers import REPO_ROOT, load_tool
-
-
-@pytest.fixture(scope="module")
-def tool():
-    return load_tool("extract_features")
+from reid_engine.inference import feature_paths, load_features
+from tests.conftest import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +22,10 @@ def query_items(data_root):
 
 
 @pytest.fixture(scope="module")
-def one_worker_file(tool, tiny_config_file, tmp_path_factory):
+def one_worker_file(tiny_config_file, tmp_path_factory):
     """The query split extracted in this process (one worker), as .npz."""
     out = str(tmp_path_factory.mktemp("extract1") / "query.npz")
-    args = tool.build_parser().parse_args(["--config-file", tiny_config_file, "--split", "query", "--output", out])
-    assert tool.run_tool("extract_features", tool.main, args) == 0
+    assert extract.main(["--config-file", tiny_config_file, "--split", "query", "--output", out]) == 0
     return out
 
 
@@ -68,7 +62,7 @@ def test_two_workers_write_the_same_file(one_worker_file, tiny_config_file, tmp_
     np.testing.assert_allclose(two["features"], one["features"], atol=1e-5, rtol=0)
 
 
-def test_image_folder_to_npy_and_index(tool, tiny_config_file, one_worker_file, query_items, tmp_path):
+def test_image_folder_to_npy_and_index(tiny_config_file, one_worker_file, query_items, tmp_path):
     folder = tmp_path / "photos"
     # Nested folders and names chosen so that a plain listing would not be sorted.
     layout = {"b/z.jpg": 0, "a.jpg": 1, "b/a/c.jpg": 2, "c.JPG": 3}
@@ -77,9 +71,8 @@ def test_image_folder_to_npy_and_index(tool, tiny_config_file, one_worker_file, 
         shutil.copy(query_items[i][0], folder / rel)
     (folder / "notes.txt").write_text("not an image")
     out = str(tmp_path / "feats" / "photos")
-    args = tool.build_parser().parse_args(["--config-file", tiny_config_file, "--image-dir", str(folder),
-                                           "--output", out, "--format", "npy"])
-    assert tool.run_tool("extract_features", tool.main, args) == 0
+    assert extract.main(["--config-file", tiny_config_file, "--image-dir", str(folder),
+                         "--output", out, "--format", "npy"]) == 0
     npy, index_file = feature_paths(out, "npy")
     assert os.path.isfile(npy) and os.path.isfile(index_file)
     with open(index_file, encoding="utf-8") as f:
@@ -96,13 +89,12 @@ def test_image_folder_to_npy_and_index(tool, tiny_config_file, one_worker_file, 
     assert torch.equal(torch.from_numpy(load_features(npy)["features"]), torch.from_numpy(features))
 
 
-def test_clear_errors(tool, tiny_config_file, tmp_path, capsys):
-    parser = tool.build_parser()
+def test_clear_errors(tiny_config_file, tmp_path, capsys):
     base = ["--config-file", tiny_config_file, "--output", str(tmp_path / "x.npz")]
-    assert tool.run_tool("extract_features", tool.main, parser.parse_args(base)) == 2
+    assert extract.main(base) == 2  # a usage error
     assert "pass exactly one of --split" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert tool.run_tool("extract_features", tool.main, parser.parse_args(base + ["--image-dir", str(empty)])) == 2
+    assert extract.main(base + ["--image-dir", str(empty)]) == 1  # a run failure: no data
     err = capsys.readouterr().err.strip()
-    assert err.startswith("extract_features: error: no image") and str(empty) in err and "\n" not in err
+    assert err.startswith("reid-extract: error: no image") and str(empty) in err and "\n" not in err

@@ -6,12 +6,13 @@ from PIL import Image
 
 from reid_engine.data import ImageReadError
 from reid_engine.data.datasets import get_dataset
-from reid_engine.engine.inference_tools import (
+from reid_engine.inference import (
     PLACEHOLDER_NUM_CLASSES,
     as_pil_image,
     checkpoint_num_classes,
     inference_config,
 )
+from reid_engine.utils.errors import ReidUserError
 
 from ._helpers import TINY_NUM_CLASSES, tiny_cfg
 
@@ -94,3 +95,5 @@ def test_bad_inputs_give_clear_errors(predictor, tmp_path):
         predictor(str(broken))
     with pytest.raises(ValueError, match="no image given"):
         predictor([])
+    with pytest.raises(ReidUserError, match="uint8"):  # a user error: one line at the command line
+        as_pil_image(np.zeros((8, 4, 3), dtype=np.float32))

@@ -1,0 +1,17 @@
+"""The command line: one module per command, one parser base, one error boundary.
+
+=====================  ==============================  =========================
+console script         module                          tools/ wrapper
+=====================  ==============================  =========================
+reid-train             reid_engine.cli.train           tools/train_net.py
+reid-extract           reid_engine.cli.extract         tools/extract_features.py
+reid-export            reid_engine.cli.export          tools/export.py
+reid-visualize         reid_engine.cli.visualize       tools/visualize_ranks.py
+reid-make-synthetic    reid_engine.cli.make_synthetic  tools/make_synthetic.py
+reid-benchmark         reid_engine.cli.benchmark       (tools/benchmarks/*.py)
+=====================  ==============================  =========================
+
+Each command module has `build_parser()` (on `base.command_parser`), `run(args)` (the
+body) and `main(argv=None) -> int` (parse, run, and `boundary.run_command`'s error
+handling). Layering: the top; it may import every other package.
+"""

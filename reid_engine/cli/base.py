@@ -1,0 +1,91 @@
+"""What every command shares: the base of its parser, and building its config.
+
+Every command accepts ``--debug``; commands that build a config accept ``--config-file``
+and trailing ``KEY VALUE`` config overrides. Commands that start worker processes add the launch flags
+(``--num-gpus``, ``--num-machines``, ``--machine-rank``, ``--dist-url``). A command
+adds only the flags it honours, so anything else is rejected by its parser (exit 2).
+"""
+import argparse
+
+from ..config import CfgNode, get_cfg
+from ..utils.errors import UsageError
+
+__all__ = ["command_parser", "add_launch_arguments", "positive_int", "build_config", "launch_options"]
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def command_parser(prog: str, doc: str, config: bool = True, launches: bool = False) -> argparse.ArgumentParser:
+    """The parser base of a command: --debug, and --config-file with trailing opts (+ launch flags).
+
+    Args:
+        prog: the command's name (shown in usage and error lines).
+        doc: the command module's docstring: first line = description, the rest = epilog.
+        config: add --config-file and the trailing KEY VALUE opts (commands that build a config).
+        launches: add the launch flags (commands that start worker processes).
+    Returns:
+        the parser; the command adds its own flags.
+    """
+    description, _, epilog = (doc or "").strip().partition("\n")
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog.strip() or None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true",
+                        help="print the traceback of an error too (or set REID_DEBUG=1)")
+    if launches:
+        add_launch_arguments(parser)
+    if config:
+        parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
+        parser.add_argument("opts", default=None, nargs=argparse.REMAINDER,
+                            help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu")
+    return parser
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous."""
+    parser.add_argument("--num-gpus", type=positive_int, default=1,
+                        help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)")
+    parser.add_argument("--num-machines", type=positive_int, default=1, help="total number of machines")
+    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
+    parser.add_argument("--dist-url", default=None,
+                        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine "
+                        "only); default: a local port derived from the user id")
+
+
+def launch_options(args: argparse.Namespace, device_type: str) -> dict:
+    """Keyword arguments of `engine.launch` from the launch flags.
+
+    Args:
+        args: namespace of a parser with the launch flags.
+        device_type: "cuda" or "cpu" (the backend follows it).
+    Returns:
+        {num_machines, machine_rank, dist_url, backend}.
+    Raises:
+        UsageError: --machine-rank outside 0 .. --num-machines - 1.
+    """
+    if not 0 <= args.machine_rank < args.num_machines:
+        raise UsageError(f"--machine-rank {args.machine_rank} is out of range: use 0 .. {args.num_machines - 1} "
+                         "(one less than --num-machines)")
+    return {"num_machines": args.num_machines, "machine_rank": args.machine_rank, "dist_url": args.dist_url,
+            "backend": "nccl" if device_type == "cuda" else "gloo"}
+
+
+def build_config(args: argparse.Namespace) -> CfgNode:
+    """Build the frozen config from `--config-file` and the trailing KEY VALUE opts.
+
+    Args:
+        args: namespace of a command parser.
+    Returns:
+        the frozen CfgNode.
+    """
+    cfg = get_cfg()
+    if args.config_file:
+        cfg.merge_from_file(args.config_file)
+    cfg.merge_from_list(args.opts or [])
+    cfg.freeze()
+    return cfg

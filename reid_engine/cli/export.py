@@ -1,0 +1,63 @@
+"""Export a trained model to TorchScript and ONNX, and check the exports against PyTorch (`reid-export`).
+
+    reid-export --config-file cfg.yml --output exported/ MODEL.WEIGHTS output/model_final.pth
+    reid-export --config-file cfg.yml --output exported/ --format onnx --opset 17 \\
+        --input-dtype float32 --raw-features MODEL.WEIGHTS output/model_final.pth
+
+What is exported is the inference model as one module (`FeatureExtractor`):
+  input  "images":   (B, 3, H, W) RGB batch with values 0..255, uint8 by default
+                     (--input-dtype float32 for float input); H x W is the test size
+                     (INPUT.SIZE_TEST, or INPUT.CROP.SIZE with cropping); the
+                     mean / std normalization is inside the model;
+  output "features": (B, D) float32, L2-normalized by default (--raw-features: the
+                     model's features as they are); with TEST.FLIP.ENABLED the
+                     mirrored image's features are averaged in.
+The batch axis is dynamic in the ONNX file (and in the traced TorchScript module).
+The TorchScript module runs on the device it was exported on (MODEL.DEVICE).
+
+After exporting, each file is loaded back (ONNX with onnxruntime when it is installed)
+and run on a batch of a different size than the export batch; the largest absolute
+difference to PyTorch is printed, and a difference above --atol is an error.
+The same is importable as `reid_engine.export.export_model`.
+"""
+import argparse
+from typing import List, Optional
+
+from ..export import DEFAULT_OPSET, FORMATS, export_model
+from ..utils.logger import setup_logger
+from .base import build_config, command_parser, positive_int
+from .boundary import run_command
+
+__all__ = ["PROG", "build_parser", "run", "main"]
+
+PROG = "reid-export"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The shared base plus the export flags."""
+    parser = command_parser(PROG, __doc__)
+    parser.add_argument("--output", required=True, help="folder for model.pt (TorchScript) and model.onnx")
+    parser.add_argument("--format", nargs="+", choices=FORMATS, default=list(FORMATS), help="what to export")
+    parser.add_argument("--torchscript-mode", choices=("trace", "script"), default="trace",
+                        help="trace (default; works for any model) or script (needs scriptable modules)")
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    parser.add_argument("--input-dtype", choices=("uint8", "float32"), default="uint8",
+                        help="dtype of the exported input; values are 0..255 either way")
+    parser.add_argument("--raw-features", action="store_true", help="output the features without L2 normalization")
+    parser.add_argument("--batch-size", type=positive_int, default=2, help="batch size used to export")
+    parser.add_argument("--check-batch-size", type=positive_int, default=3,
+                        help="batch size of the check (differs from --batch-size to test the dynamic axis)")
+    parser.add_argument("--atol", type=float, default=1e-4, help="largest accepted |export - PyTorch|")
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    """Build the config, export and check."""
+    setup_logger()
+    export_model(build_config(args), args.output, args.format, args.torchscript_mode, args.opset,
+                 args.input_dtype, not args.raw_features, args.batch_size, args.check_batch_size, args.atol)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run `reid-export` with `argv` (default: sys.argv[1:]); returns the exit status."""
+    return run_command(PROG, build_parser(), run, argv)

@@ -1,0 +1,86 @@
+"""Train a ReID model from a config file, or evaluate a checkpoint (`reid-train`).
+
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18_small.yml
+    reid-train --config-file x.yml --eval-only MODEL.WEIGHTS output/model_final.pth
+    reid-train --config-file x.yml --resume
+    reid-train --config-file x.yml --num-gpus 2 MODEL.DEVICE cpu     # 2 CPU workers (gloo)
+
+`python tools/train_net.py` is the same command. The config is built and checked in
+this process before any worker starts; each worker then runs `default_setup` and
+either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`.
+"""
+import argparse
+from typing import List, Optional
+
+from ..config import CfgNode, ConfigError
+from ..engine.defaults import DefaultTrainer, default_setup
+from ..engine.launch import launch
+from ..inference import inference_config
+from ..utils import comm
+from ..utils.checkpoint import Checkpointer
+from ..utils.env import resolve_device
+from .base import build_config, command_parser, launch_options
+from .boundary import run_command
+
+__all__ = ["PROG", "build_parser", "setup", "train_worker", "run", "main"]
+
+PROG = "reid-train"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The shared base with the launch flags, plus --resume and --eval-only."""
+    parser = command_parser(PROG, __doc__, launches=True)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)")
+    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
+    return parser
+
+
+def setup(args: argparse.Namespace) -> CfgNode:
+    """Build the config and run `default_setup` (output dir, logs, seeds)."""
+    cfg = build_config(args)
+    default_setup(cfg, args)
+    return cfg
+
+
+def _eval_only(cfg: CfgNode):
+    if not cfg.MODEL.WEIGHTS:
+        raise ConfigError("--eval-only needs a checkpoint (MODEL.WEIGHTS): add MODEL.WEIGHTS path/to/model.pth")
+    cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
+    model = DefaultTrainer.build_model(cfg)
+    Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
+    results = DefaultTrainer.test(cfg, model)
+    if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
+        DefaultTrainer.check_expected_results(cfg, results)  # a miss exits non-zero
+    return results
+
+
+def train_worker(args: argparse.Namespace):
+    """One worker's job: setup, then evaluate or train.
+
+    Args:
+        args: namespace from `build_parser()`.
+    Returns:
+        the evaluation results (main process) or None.
+    """
+    cfg = setup(args)
+    if args.eval_only:
+        return _eval_only(cfg)
+    trainer = DefaultTrainer(cfg)
+    trainer.resume_or_load(resume=args.resume)
+    return trainer.train()
+
+
+def run(args: argparse.Namespace) -> None:
+    """Check the config here (fail fast, before any worker starts), then launch the workers."""
+    cfg = build_config(args)
+    device = resolve_device(cfg.MODEL.DEVICE)
+    launch(train_worker, args.num_gpus, args=(args,), **launch_options(args, device.type))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run `reid-train` with `argv` (default: sys.argv[1:]); returns the exit status.
+
+    This is also the target of the `reid-train` console script.
+    """
+    return run_command(PROG, build_parser(), run, argv)

@@ -1,0 +1,28 @@
+"""TorchScript and ONNX export of a trained model, checked against PyTorch.
+
+What is exported is the inference model as one module
+(`reid_engine.inference.FeatureExtractor`): input "images", a (B, 3, H, W) RGB batch
+with values 0..255 (uint8 by default, float32 on request) at the test size; output
+"features", (B, D) float32, L2-normalized by default. The batch axis is dynamic.
+`export_model` writes the files and runs each on a batch of another size, comparing
+with PyTorch. Layering: above data, modeling and inference; never imports engine.
+"""
+from .diagnostics import describe_module, first_unscriptable, modules_using_op
+from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
+from .verify import FORMATS, export_model, input_image_size, random_images
+
+__all__ = [
+    "DEFAULT_OPSET",
+    "ExportError",
+    "FORMATS",
+    "describe_module",
+    "export_model",
+    "export_onnx",
+    "export_torchscript",
+    "first_unscriptable",
+    "input_image_size",
+    "modules_using_op",
+    "random_images",
+    "run_onnx",
+    "run_torchscript",
+]

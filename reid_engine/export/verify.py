@@ -1,0 +1,113 @@
+"""Export the model of a config and check every export against PyTorch."""
+import contextlib
+import logging
+import os
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from ..config import CfgNode
+from ..data import build_transforms
+from ..inference import FeatureExtractor, build_inference_model, inference_config
+from ..utils.errors import UsageError
+from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
+
+__all__ = ["FORMATS", "input_image_size", "random_images", "export_model"]
+
+logger = logging.getLogger(__name__)
+
+FORMATS = ("torchscript", "onnx")
+
+
+def input_image_size(cfg) -> Tuple[int, int]:
+    """(height, width) of the images the test transforms produce."""
+    probe = build_transforms(cfg, is_train=False)(Image.new("RGB", (64, 128)))
+    return int(probe.shape[1]), int(probe.shape[2])
+
+
+def random_images(batch: int, size: Tuple[int, int], dtype: str, seed: int, device="cpu") -> torch.Tensor:
+    """A reproducible batch of random 0..255 RGB images of the given dtype."""
+    gen = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (batch, 3, size[0], size[1]), generator=gen, dtype=torch.uint8)
+    return images.to(device=device, dtype=getattr(torch, dtype))
+
+
+def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mode: str = "trace",
+                 opset: int = DEFAULT_OPSET, input_dtype: str = "uint8", normalize: bool = True,
+                 batch_size: int = 2, check_batch_size: int = 3, atol: float = 1e-4,
+                 model: Optional[nn.Module] = None) -> Dict[str, dict]:
+    """Export the model of `cfg` (with MODEL.WEIGHTS) and check every export.
+
+    Args:
+        cfg: the config.
+        output_dir: folder for model.pt / model.onnx.
+        formats: any of "torchscript", "onnx".
+        torchscript_mode: "trace" or "script".
+        opset: the ONNX opset.
+        input_dtype: "uint8" or "float32".
+        normalize: L2-normalized (True) or raw features.
+        batch_size, check_batch_size: export and check batch sizes.
+        atol: largest accepted absolute difference to PyTorch.
+        model: an eval-mode model to export (default: built from `cfg` and MODEL.WEIGHTS).
+    Returns:
+        {format: {"path": file, "max_abs_diff": float or None (not checked)}}.
+    Raises:
+        ExportError: an export fails, or differs from PyTorch by more than `atol`.
+    """
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise UsageError(f"unknown export format(s) {unknown} (--format): use {', '.join(FORMATS)}")
+    if batch_size < 1 or check_batch_size < 1:
+        raise UsageError("batch sizes must be at least 1 (--batch-size, --check-batch-size): pass positive sizes")
+    cfg = inference_config(cfg)
+    model = model if model is not None else build_inference_model(cfg)
+    module = FeatureExtractor(model, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
+    device = module.model.device
+    size = input_image_size(cfg)
+    example = random_images(batch_size, size, input_dtype, seed=0, device=device)
+    check = random_images(check_batch_size, size, input_dtype, seed=1, device=device)
+    with torch.no_grad(), _exact_float32():
+        reference = module(check).float().cpu().numpy()
+    os.makedirs(output_dir, exist_ok=True)
+    results: Dict[str, dict] = {}
+    kind = "L2-normalized" if normalize else "raw"
+    logger.info("Exporting %s: input (B, 3, %d, %d) %s 0..255, output (B, %d) %s features",
+                type(module.model).__name__, size[0], size[1], input_dtype, reference.shape[1], kind)
+    if "torchscript" in formats:
+        path = export_torchscript(module, example, os.path.join(output_dir, "model.pt"), torchscript_mode)
+        with _exact_float32():
+            outputs = run_torchscript(path, check)
+        results["torchscript"] = {"path": path, "max_abs_diff": _diff(reference, outputs)}
+    if "onnx" in formats:
+        path = export_onnx(module, example, os.path.join(output_dir, "model.onnx"), opset)
+        outputs = run_onnx(path, check)
+        results["onnx"] = {"path": path, "max_abs_diff": None if outputs is None else _diff(reference, outputs)}
+    for name, result in results.items():
+        diff = result["max_abs_diff"]
+        shown = "not checked" if diff is None else f"{diff:.3g}"
+        logger.info("%s: %s; max |difference| to PyTorch on %d images: %s",
+                    name, result["path"], check_batch_size, shown)
+        if diff is not None and diff > atol:
+            raise ExportError(f"the {name} export differs from PyTorch by {diff:.3g} (> --atol {atol:g}); "
+                            "the exported file is not reliable")
+    return results
+
+
+@contextlib.contextmanager
+def _exact_float32():
+    """Turn TF32 off on CUDA while computing check outputs: the exports run in full float32."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _diff(reference: np.ndarray, outputs: np.ndarray) -> float:
+    if outputs.shape != reference.shape:
+        raise ExportError(f"exported model returned shape {outputs.shape}, PyTorch {reference.shape}")
+    return float(np.abs(outputs.astype(np.float64) - reference).max())
