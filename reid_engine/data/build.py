@@ -14,14 +14,16 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, default_collate
 
+from reid_engine.config import ConfigError
 from reid_engine.utils import comm
 
 from .common import ImageItemSet, TrainImageSet, sample_rng
 from .datasets import get_dataset, merge_train_sets, resolve_data_root
+from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .transforms import build_transforms
 
-__all__ = ["build_reid_train_loader", "build_reid_test_loader", "TrainLoader",
+__all__ = ["build_reid_train_loader", "build_reid_test_loader", "check_data_config", "TrainLoader",
            "DevicePrefetcher", "collate_samples"]
 
 logger = logging.getLogger(__name__)
@@ -194,7 +196,7 @@ class TrainLoader:
 def _per_worker_batch(total: int, world_size: int, key: str) -> int:
     """Return ``total // world_size`` or raise a one-line error if it does not divide."""
     if total < 1 or total % world_size:
-        raise ValueError(f"{key} ({total}) must be a positive multiple of the number of "
+        raise ConfigError(f"{key} ({total}) must be a positive multiple of the number of "
                          f"workers ({world_size})")
     return total // world_size
 
@@ -203,21 +205,36 @@ def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: 
                          seed: int) -> InfiniteSampler:
     """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for."""
     name = cfg.DATALOADER.SAMPLER_TRAIN
-    if name not in SAMPLER_REGISTRY:
-        known = ", ".join(sorted(n for n, _ in SAMPLER_REGISTRY))
-        raise KeyError(f"unknown DATALOADER.SAMPLER_TRAIN '{name}'; known: {known}")
-    cls = SAMPLER_REGISTRY.get(name)
+    cls = SAMPLER_REGISTRY.get(name, key="DATALOADER.SAMPLER_TRAIN")
     available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": set_ids,
                  "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
     extra = {k: available[k] for k in cls.extra_args}
     k = cfg.DATALOADER.NUM_INSTANCE
     if "num_instances" in extra and (k < 1 or batch_size % k):
-        raise ValueError(
+        raise ConfigError(
             f"{name}: SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) gives {batch_size} "
             f"images per worker, which must be a positive multiple of DATALOADER.NUM_INSTANCE "
             f"({k}); change one of them")
     return cls(items, batch_size, seed=seed, rank=comm.get_rank(),
                world_size=comm.get_world_size(), **extra)
+
+
+def check_data_config(cfg) -> None:
+    """Check the enumerated data values (dataset names, sampler) without reading any data.
+
+    Reads DATASETS.NAMES, DATASETS.TESTS and DATALOADER.SAMPLER_TRAIN.
+
+    Args:
+        cfg: the config.
+    Raises:
+        UnknownChoiceError: a name that is not registered (one line: key, choices, closest).
+        ConfigError: a ``:value`` for a dataset that takes none.
+    """
+    for key in ("DATASETS.NAMES", "DATASETS.TESTS"):
+        section, field = key.split(".")
+        for name in cfg[section][field]:
+            dataset_class(name, key)
+    SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN, key="DATALOADER.SAMPLER_TRAIN")
 
 
 def build_reid_train_loader(cfg) -> TrainLoader:
@@ -235,7 +252,7 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     root = resolve_data_root(cfg.DATASETS.ROOT)
     names = list(cfg.DATASETS.NAMES)
     if not names:
-        raise ValueError("DATASETS.NAMES is empty; name at least one training set")
+        raise ConfigError("DATASETS.NAMES is empty; name at least one training set")
     datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL) for name in names]
     items, num_classes, num_cameras = merge_train_sets(datasets)
     if not items:
@@ -270,7 +287,7 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     Returns:
         ``(loader, num_query)``.
     """
-    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT))
+    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key="DATASETS.TESTS")
     items = list(dataset.query) + list(dataset.gallery)
     if not dataset.query or not dataset.gallery:
         raise ValueError(f"{dataset_name}: the query or gallery split is empty; check its "

@@ -10,6 +10,8 @@ from typing import Optional, Sequence, Type
 import torch
 from torch import nn
 
+from reid_engine.utils.registry import lookup
+
 from ..layers import IBN, NonLocal, SELayer, get_norm
 from .build import BACKBONE_REGISTRY
 from .pretrained import load_pretrained_weights
@@ -197,6 +199,11 @@ _NON_LOCAL_PER_STAGE = {
 }
 
 
+def check_resnet_config(cfg) -> None:
+    """Check MODEL.BACKBONE.DEPTH (a ResNet depth), building nothing."""
+    lookup(RESNET_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
+
+
 @BACKBONE_REGISTRY.register()
 def build_resnet_backbone(cfg) -> ResNet:
     """Build a ResNet from MODEL.BACKBONE.{DEPTH, LAST_STRIDE, NORM, WITH_IBN, WITH_SE,
@@ -209,9 +216,7 @@ def build_resnet_backbone(cfg) -> ResNet:
         ResNet with `out_channels` 512 (18x/34x) or 2048 (50x and deeper).
     """
     opts = cfg.MODEL.BACKBONE
-    if opts.DEPTH not in RESNET_DEPTHS:
-        raise ValueError(f"MODEL.BACKBONE.DEPTH {opts.DEPTH!r} is not a ResNet depth; "
-                         f"choose one of {', '.join(RESNET_DEPTHS)}")
+    check_resnet_config(cfg)
     if opts.LAST_STRIDE not in (1, 2):
         raise ValueError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
     non_local = (0, 0, 0, 0)
@@ -227,3 +232,6 @@ def build_resnet_backbone(cfg) -> ResNet:
     if opts.PRETRAIN:
         load_pretrained_weights(model, opts.PRETRAIN_PATH, "MODEL.BACKBONE.PRETRAIN_PATH")
     return model
+
+
+build_resnet_backbone.check_config = check_resnet_config
