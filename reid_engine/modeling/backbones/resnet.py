@@ -10,6 +10,7 @@ from typing import Optional, Sequence, Type
 import torch
 from torch import nn
 
+from reid_engine.config import ConfigError
 from reid_engine.utils.registry import lookup
 
 from ..layers import IBN, NonLocal, SELayer, get_norm
@@ -218,13 +219,13 @@ def build_resnet_backbone(cfg) -> ResNet:
     opts = cfg.MODEL.BACKBONE
     check_resnet_config(cfg)
     if opts.LAST_STRIDE not in (1, 2):
-        raise ValueError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
+        raise ConfigError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
     non_local = (0, 0, 0, 0)
     if opts.WITH_NL:
         if opts.DEPTH not in _NON_LOCAL_PER_STAGE:
-            raise ValueError(f"MODEL.BACKBONE.WITH_NL: non-local blocks are defined for depths "
-                             f"{', '.join(_NON_LOCAL_PER_STAGE)}, not {opts.DEPTH}; "
-                             f"set WITH_NL False or change DEPTH")
+            raise ConfigError(f"MODEL.BACKBONE.WITH_NL: non-local blocks are defined for depths "
+                              f"{', '.join(_NON_LOCAL_PER_STAGE)}, not {opts.DEPTH}; "
+                              f"set WITH_NL False or change DEPTH")
         non_local = _NON_LOCAL_PER_STAGE[opts.DEPTH]
     block, blocks_per_stage = RESNET_DEPTHS[opts.DEPTH]
     model = ResNet(block, blocks_per_stage, last_stride=opts.LAST_STRIDE, norm=opts.NORM,
