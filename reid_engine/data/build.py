@@ -18,7 +18,7 @@ from reid_engine.config import ConfigError
 from reid_engine.utils import comm
 
 from .common import ImageItemSet, TrainImageSet, sample_rng
-from .datasets import get_dataset, merge_train_sets, resolve_data_root
+from .datasets import DatasetFormatError, get_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .transforms import build_transforms
@@ -34,13 +34,13 @@ def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     "camids": int64 (B,), "img_paths": list[str]}``.
 
     Raises:
-        ValueError: the images of the batch differ in size (one line naming the fix).
+        ConfigError: the images of the batch differ in size (one line naming the fix).
     """
     images = [s["image"] for s in samples]
     if any(img.shape != images[0].shape for img in images):
         sizes = sorted({tuple(img.shape[1:]) for img in images})
-        raise ValueError(f"images of one batch have different sizes {sizes}; set "
-                         f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
+        raise ConfigError(f"images of one batch have different sizes {sizes}; set "
+                          f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
     return {
         # default_collate stacks into shared memory inside a worker, saving one copy.
         "images": default_collate(images),
@@ -102,7 +102,7 @@ def _worker_init(worker_id: int) -> None:
 def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
     """DataLoader arguments shared by the train and test loaders."""
     if num_workers < 0:
-        raise ValueError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
+        raise ConfigError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
     kwargs: Dict[str, Any] = {"num_workers": num_workers,
                               "pin_memory": torch.cuda.is_available()}
     if num_workers > 0:
@@ -178,7 +178,7 @@ class TrainLoader:
             raise RuntimeError("TrainLoader.load_state_dict must be called before iterating "
                                "the loader; load the checkpoint first, then start training")
         if int(state["batch_size"]) != self.batch_size:
-            raise ValueError(
+            raise ConfigError(
                 f"the checkpoint's loader used {state['batch_size']} images per worker but this "
                 f"run uses {self.batch_size}; resume with the same SOLVER.IMS_PER_BATCH and "
                 f"number of workers")
@@ -256,8 +256,8 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL) for name in names]
     items, num_classes, num_cameras = merge_train_sets(datasets)
     if not items:
-        raise ValueError(f"the training split of {names} is empty; check the dataset folders "
-                         f"under the data root '{root}'")
+        raise DatasetFormatError(f"the training split of {names} is empty; check the dataset folders "
+                                 f"under the data root '{root}'")
     # merge_train_sets keeps dataset order, so each item's set follows from the set sizes.
     sizes = [len(ds.train) for ds in datasets]
     set_ids = np.repeat(np.arange(len(sizes)), sizes) if sum(sizes) == len(items) else None
@@ -290,8 +290,8 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key="DATASETS.TESTS")
     items = list(dataset.query) + list(dataset.gallery)
     if not dataset.query or not dataset.gallery:
-        raise ValueError(f"{dataset_name}: the query or gallery split is empty; check its "
-                         f"folders under the data root")
+        raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "
+                                 f"folders under the data root")
     return build_reid_inference_loader(cfg, items), len(dataset.query)
 
 

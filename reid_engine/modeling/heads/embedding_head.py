@@ -98,12 +98,12 @@ class EmbeddingHead(nn.Module):
     def _pool(self, features: torch.Tensor) -> torch.Tensor:
         pooled = self.pool_layer(features)
         if pooled.dim() != 4 or pooled.shape[-2:] != (1, 1):
-            raise ValueError(f"MODEL.HEADS.POOL_LAYER {self.pool_name!r} left a map of shape "
-                             f"{tuple(pooled.shape)}; use a global pooling layer (e.g. GlobalAvgPool)")
+            raise ConfigError(f"MODEL.HEADS.POOL_LAYER {self.pool_name!r} left a map of shape "
+                              f"{tuple(pooled.shape)}; use a global pooling layer (e.g. GlobalAvgPool)")
         if pooled.shape[1] != self.in_feat_dim:
-            raise ValueError(f"the pooled feature has {pooled.shape[1]} channels but the head "
-                             f"was built for {self.in_feat_dim}; use a pooling layer that keeps "
-                             f"the backbone's channels (e.g. GlobalAvgPool)")
+            raise ConfigError(f"the pooled feature has {pooled.shape[1]} channels but the head "
+                              f"was built for {self.in_feat_dim}; set MODEL.HEADS.POOL_LAYER to a "
+                              f"layer that keeps the backbone's channels (e.g. GlobalAvgPool)")
         return pooled
 
     def forward(self, features: torch.Tensor, targets: Optional[torch.Tensor] = None

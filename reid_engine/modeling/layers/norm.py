@@ -64,7 +64,7 @@ class GhostBatchNorm(nn.BatchNorm2d):
             return super().forward(x)
         batch, channels, height, width = x.shape
         if batch % self.num_splits:
-            raise ValueError(
+            raise ConfigError(
                 f"GhostBN: batch size {batch} does not divide into {self.num_splits} ghost "
                 f"batches; use a batch size that is a multiple of {self.num_splits}")
         splits = self.num_splits
