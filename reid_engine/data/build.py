@@ -205,7 +205,7 @@ def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: 
                          seed: int) -> InfiniteSampler:
     """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for."""
     name = cfg.DATALOADER.SAMPLER_TRAIN
-    cls = SAMPLER_REGISTRY.get(name, key="DATALOADER.SAMPLER_TRAIN")
+    cls = SAMPLER_REGISTRY.get(name)
     available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": set_ids,
                  "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
     extra = {k: available[k] for k in cls.extra_args}
@@ -234,7 +234,7 @@ def check_data_config(cfg) -> None:
         section, field = key.split(".")
         for name in cfg[section][field]:
             dataset_class(name, key)
-    SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN, key="DATALOADER.SAMPLER_TRAIN")
+    SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
 
 
 def build_reid_train_loader(cfg) -> TrainLoader:

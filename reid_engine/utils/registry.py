@@ -8,7 +8,9 @@ raises :class:`UnknownChoiceError` naming ``KEY``, the accepted names and the cl
 match) and returns the built object: a class with a ``from_config`` classmethod is built
 with ``cls.from_config(*args, **kwargs)``, anything else with ``builder(*args, **kwargs)``.
 A builder may also carry ``check_config(cfg)``: it validates the builder's own config
-values without building anything, so a wrong value fails before any slow work.
+values without building anything; ``REGISTRY.check_config(cfg)`` looks up the name the
+config holds at the registry's ``key`` and runs it, so a wrong value fails before any
+slow work.
 
 The arguments, per registry:
 
@@ -148,7 +150,13 @@ class Registry(_FvcoreRegistry):
 
     Args:
         name: the registry's name (shown in fvcore's messages and repr).
+        key: the config key that holds the name to build (e.g. "MODEL.BACKBONE.NAME"),
+            named in errors and read by :meth:`check_config`.
     """
+
+    def __init__(self, name: str, key: Optional[str] = None):
+        super().__init__(name)
+        self.key = key
 
     def names(self) -> List[str]:
         """The registered names, sorted."""
@@ -164,7 +172,7 @@ class Registry(_FvcoreRegistry):
         Raises:
             UnknownChoiceError: nothing is registered as ``name``.
         """
-        return lookup(self, name, key or self._name)
+        return lookup(self, name, key or self.key or self._name)
 
     def build(self, name: str, *args, key: Optional[str] = None, **kwargs) -> Any:
         """Look ``name`` up and build it by the module's build contract (see the module doc).
@@ -182,17 +190,21 @@ class Registry(_FvcoreRegistry):
             return builder.from_config(*args, **kwargs)
         return builder(*args, **kwargs)
 
-    def check_config(self, name: str, cfg, key: Optional[str] = None) -> Any:
-        """Look ``name`` up and run the builder's ``check_config(cfg)`` if it has one.
+    def check_config(self, cfg) -> Any:
+        """Look up the name the config holds at this registry's ``key`` and run the
+        builder's ``check_config(cfg)`` if it has one; builds nothing.
 
         Args:
-            name: the registered name.
             cfg: the config tree.
-            key: the config key that holds ``name``.
         Returns:
             The builder.
+        Raises:
+            UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
         """
-        builder = self.get(name, key=key)
+        name = cfg
+        for part in self.key.split("."):
+            name = name[part]
+        builder = self.get(name)
         check = getattr(builder, "check_config", None)
         if check is not None:
             check(cfg)

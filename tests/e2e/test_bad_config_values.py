@@ -8,6 +8,7 @@ import os
 import pytest
 
 from tests.conftest import run_cli
+from tests.e2e.test_train_net import snapshot
 
 CFG = os.path.join(os.path.dirname(__file__), "configs", "tiny_R18.yml")
 
@@ -33,14 +34,9 @@ _EARLIER_FILES = {
 
 
 def _folder_state(folder):
-    """{name: (bytes, mtime_ns)} of every file under folder."""
-    state = {}
-    for dirpath, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as f:
-                state[os.path.relpath(path, folder)] = (f.read(), os.stat(path).st_mtime_ns)
-    return state
+    """({name: bytes}, {name: mtime_ns}) of every file directly in folder."""
+    return snapshot(folder), {name: os.stat(os.path.join(folder, name)).st_mtime_ns
+                              for name in os.listdir(folder)}
 
 
 @pytest.mark.parametrize("key, value, shows", CASES, ids=[case[0] for case in CASES])

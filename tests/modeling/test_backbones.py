@@ -7,7 +7,7 @@ from torch import nn
 
 from reid_engine.modeling import build_backbone
 from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_pretrained_weights
-from reid_engine.modeling.backbones.build import check_backbone_config
+from reid_engine.modeling.backbones.build import BACKBONE_REGISTRY
 from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
 from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.registry import UnknownChoiceError
@@ -117,8 +117,8 @@ def test_bad_options_are_clear_errors(opts, message):
 def test_check_backbone_config_rejects_wrong_names_without_building(opts, message):
     cfg = tiny_cfg(**{f"BACKBONE.{k}": v for k, v in opts.items()})
     with pytest.raises(UnknownChoiceError, match=message):
-        check_backbone_config(cfg)
-    check_backbone_config(tiny_cfg())  # the defaults pass
+        BACKBONE_REGISTRY.check_config(cfg)
+    BACKBONE_REGISTRY.check_config(tiny_cfg())  # the defaults pass
 
 
 @pytest.mark.parametrize("depth", ["18x", "50x"])

@@ -6,7 +6,7 @@ from torch.nn import functional as F
 from reid_engine.config import ConfigError
 from reid_engine.modeling import build_heads
 from reid_engine.modeling.heads import EmbeddingHead
-from reid_engine.modeling.heads.build import check_heads_config
+from reid_engine.modeling.heads.build import HEADS_REGISTRY
 from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
@@ -131,10 +131,10 @@ def test_training_without_targets_and_bad_neck_feat():
 def test_wrong_head_values_fail_in_check_and_in_build(key, value, message):
     cfg = tiny_cfg(**{f"HEADS.{key}": value, "HEADS.WITH_BNNECK": True})
     with pytest.raises(UnknownChoiceError, match=message):
-        check_heads_config(cfg)
+        HEADS_REGISTRY.check_config(cfg)
     with pytest.raises(UnknownChoiceError, match=message):
         build_heads(cfg, in_channels=8)
-    check_heads_config(tiny_cfg())  # the defaults pass
+    HEADS_REGISTRY.check_config(tiny_cfg())  # the defaults pass
 
 
 def test_constructor_is_usable_without_config():

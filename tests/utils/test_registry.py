@@ -6,7 +6,7 @@ from reid_engine.utils.registry import Registry, UnknownChoiceError, check_choic
 
 
 def _registry():
-    registry = Registry("THING")
+    registry = Registry("THING", key="THING.NAME")
 
     @registry.register()
     class Plain:
@@ -37,10 +37,12 @@ def test_unknown_name_is_one_line_with_choices_and_suggestion():
     assert isinstance(caught.value, KeyError) and isinstance(caught.value, ValueError)
 
 
-def test_no_suggestion_when_nothing_is_close_and_default_key_is_the_registry_name():
+def test_no_suggestion_when_nothing_is_close_and_default_key_is_the_registry_key():
     with pytest.raises(UnknownChoiceError) as caught:
         _registry().get("zzz")
-    assert str(caught.value) == "unknown THING 'zzz': choose one of Configured, Plain"
+    assert str(caught.value) == "unknown THING.NAME 'zzz': choose one of Configured, Plain"
+    with pytest.raises(UnknownChoiceError, match="^unknown OTHER 'zzz'"):
+        Registry("OTHER").get("zzz")
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -70,7 +72,9 @@ def test_build_calls_from_config_or_the_object_and_check_config_validates():
     plain = registry.build("Plain", 3, scale=2)
     assert (plain.width, plain.scale) == (3, 2)
     assert registry.build("Configured", {"width": 4}, 1).width == 5
-    assert registry.check_config("Configured", {"mode": "a"}) is registry.get("Configured")
-    registry.check_config("Plain", {})  # no check_config: nothing to validate
+    assert registry.check_config({"THING": {"NAME": "Configured"}, "mode": "a"}) is registry.get("Configured")
+    registry.check_config({"THING": {"NAME": "Plain"}})  # no check_config: nothing to validate
     with pytest.raises(UnknownChoiceError, match="unknown MODE 'c'"):
-        registry.check_config("Configured", {"mode": "c"})
+        registry.check_config({"THING": {"NAME": "Configured"}, "mode": "c"})
+    with pytest.raises(UnknownChoiceError, match="unknown THING.NAME 'Plan'.*did you mean Plain[?]"):
+        registry.check_config({"THING": {"NAME": "Plan"}})

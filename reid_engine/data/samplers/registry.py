@@ -2,7 +2,7 @@
 
 from reid_engine.utils.registry import Registry
 
-SAMPLER_REGISTRY = Registry("SAMPLER")
+SAMPLER_REGISTRY = Registry("SAMPLER", key="DATALOADER.SAMPLER_TRAIN")
 SAMPLER_REGISTRY.__doc__ = """
 Training samplers by DATALOADER.SAMPLER_TRAIN (build contract: utils.registry).
 ``cls(data_source, mini_batch_size, *, seed, rank, world_size,

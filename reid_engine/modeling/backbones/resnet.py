@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from reid_engine.config import ConfigError
-from reid_engine.utils.registry import lookup
+from reid_engine.utils.registry import check_choice, lookup
 
-from ..layers import IBN, NonLocal, SELayer, get_norm
+from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm
 from .build import BACKBONE_REGISTRY
 from .pretrained import load_pretrained_weights
 
@@ -201,8 +201,9 @@ _NON_LOCAL_PER_STAGE = {
 
 
 def check_resnet_config(cfg) -> None:
-    """Check MODEL.BACKBONE.DEPTH (a ResNet depth), building nothing."""
+    """Check MODEL.BACKBONE.DEPTH (a ResNet depth) and NORM, building nothing."""
     lookup(RESNET_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
+    check_choice(cfg.MODEL.BACKBONE.NORM, NORM_NAMES, "MODEL.BACKBONE.NORM")
 
 
 @BACKBONE_REGISTRY.register()

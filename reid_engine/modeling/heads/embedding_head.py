@@ -72,8 +72,8 @@ class EmbeddingHead(nn.Module):
         """Check the enumerated MODEL.HEADS values (NECK_FEAT, POOL_LAYER, CLS_LAYER, NORM)."""
         heads = cfg.MODEL.HEADS
         check_choice(heads.NECK_FEAT, NECK_FEATS, "MODEL.HEADS.NECK_FEAT")
-        POOLING_REGISTRY.get(heads.POOL_LAYER, key="MODEL.HEADS.POOL_LAYER")
-        CLS_LAYER_REGISTRY.get(heads.CLS_LAYER, key="MODEL.HEADS.CLS_LAYER")
+        POOLING_REGISTRY.get(heads.POOL_LAYER)
+        CLS_LAYER_REGISTRY.get(heads.CLS_LAYER)
         check_choice(heads.NORM, NORM_NAMES, "MODEL.HEADS.NORM")
 
     @classmethod

@@ -16,7 +16,7 @@ from reid_engine.utils.registry import Registry
 __all__ = ["CLS_LAYER_REGISTRY", "Linear", "CosSoftmax", "ArcSoftmax", "CircleSoftmax",
            "build_cls_layer"]
 
-CLS_LAYER_REGISTRY = Registry("CLS_LAYER")
+CLS_LAYER_REGISTRY = Registry("CLS_LAYER", key="MODEL.HEADS.CLS_LAYER")
 CLS_LAYER_REGISTRY.__doc__ = (
     "Classifier layers by MODEL.HEADS.CLS_LAYER name; built as cls(num_classes, scale, margin).")
 
@@ -120,4 +120,4 @@ def build_cls_layer(name: str, num_classes: int, scale: float, margin: float) ->
         nn.Module with forward(logits, targets) -> adjusted logits and an attribute
         `uses_cosine`.
     """
-    return CLS_LAYER_REGISTRY.build(name, num_classes, scale, margin, key="MODEL.HEADS.CLS_LAYER")
+    return CLS_LAYER_REGISTRY.build(name, num_classes, scale, margin)

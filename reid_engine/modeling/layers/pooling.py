@@ -15,7 +15,7 @@ __all__ = [
     "ClipGlobalAvgPool", "build_pooling",
 ]
 
-POOLING_REGISTRY = Registry("POOLING")
+POOLING_REGISTRY = Registry("POOLING", key="MODEL.HEADS.POOL_LAYER")
 POOLING_REGISTRY.__doc__ = "Pooling layers by MODEL.HEADS.POOL_LAYER name; built with no arguments."
 
 
@@ -130,4 +130,4 @@ def build_pooling(name: str) -> nn.Module:
     Returns:
         nn.Module mapping (B, C, H, W) to (B, D, 1, 1) (Identity returns its input).
     """
-    return POOLING_REGISTRY.build(name, key="MODEL.HEADS.POOL_LAYER")
+    return POOLING_REGISTRY.build(name)

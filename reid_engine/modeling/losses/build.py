@@ -23,7 +23,7 @@ __all__ = ["LOSS_REGISTRY", "ReidLoss", "LossSet", "build_losses", "check_loss_n
 
 logger = logging.getLogger(__name__)
 
-LOSS_REGISTRY = Registry("LOSS")
+LOSS_REGISTRY = Registry("LOSS", key="MODEL.LOSSES.NAME")
 LOSS_REGISTRY.__doc__ = """
 Loss terms by ``MODEL.LOSSES.NAME`` entry (build contract: utils.registry).
 ``cls.from_config(cfg)`` returns a callable ``(outputs: dict, targets) -> {output_key: loss * SCALE}``.
@@ -261,7 +261,7 @@ def check_loss_names(cfg) -> tuple:
     if len(set(names)) != len(names):
         raise ConfigError(f"MODEL.LOSSES.NAME lists a loss twice: {list(names)}; name each once")
     for name in names:
-        LOSS_REGISTRY.get(name, key="MODEL.LOSSES.NAME")
+        LOSS_REGISTRY.get(name)
     return names
 
 
@@ -275,6 +275,6 @@ def build_losses(cfg) -> LossSet:
         LossSet: ``loss_fn(outputs, targets) -> dict[str, Tensor]``.
     """
     names = check_loss_names(cfg)
-    loss_set = LossSet([LOSS_REGISTRY.build(name, cfg, key="MODEL.LOSSES.NAME") for name in names])
+    loss_set = LossSet([LOSS_REGISTRY.build(name, cfg) for name in names])
     logger.info("Losses: %s", loss_set)
     return loss_set

@@ -6,8 +6,8 @@ from torch import nn
 
 from reid_engine.config import ConfigError
 
-from ..backbones.build import build_backbone, check_backbone_config
-from ..heads.build import build_heads, check_heads_config
+from ..backbones.build import BACKBONE_REGISTRY, build_backbone
+from ..heads.build import HEADS_REGISTRY, build_heads
 from ..losses.build import build_losses, check_loss_names
 from .build import META_ARCH_REGISTRY
 
@@ -48,8 +48,8 @@ class Baseline(nn.Module):
     @staticmethod
     def check_config(cfg) -> None:
         """Check the enumerated values of the backbone, head and losses it builds."""
-        check_backbone_config(cfg)
-        check_heads_config(cfg)
+        BACKBONE_REGISTRY.check_config(cfg)
+        HEADS_REGISTRY.check_config(cfg)
         check_loss_names(cfg)
 
     @classmethod

@@ -12,15 +12,13 @@ __all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config"]
 
 logger = logging.getLogger(__name__)
 
-META_ARCH_REGISTRY = Registry("META_ARCH")
+META_ARCH_REGISTRY = Registry("META_ARCH", key="MODEL.META_ARCHITECTURE")
 META_ARCH_REGISTRY.__doc__ = """
 Meta architectures by MODEL.META_ARCHITECTURE (build contract: utils.registry): nn.Module
 classes with a classmethod from_config(cfg) and optionally check_config(cfg), which checks
 the keys of the parts the architecture builds. forward(batch dict) returns a dict of named losses in training mode
 and features (B, D) in eval mode.
 """
-
-_KEY = "MODEL.META_ARCHITECTURE"
 
 
 def check_model_config(cfg) -> None:
@@ -31,7 +29,7 @@ def check_model_config(cfg) -> None:
     Raises:
         UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
     """
-    META_ARCH_REGISTRY.check_config(cfg.MODEL.META_ARCHITECTURE, cfg, key=_KEY)
+    META_ARCH_REGISTRY.check_config(cfg)
 
 
 def build_model(cfg) -> nn.Module:
@@ -44,9 +42,9 @@ def build_model(cfg) -> nn.Module:
         the model, in training mode, on the resolved device.
     """
     name = cfg.MODEL.META_ARCHITECTURE
-    META_ARCH_REGISTRY.get(name, key=_KEY)  # an unknown name fails before the device check
+    META_ARCH_REGISTRY.get(name)  # an unknown name fails before the device check
     device = resolve_device(cfg.MODEL.DEVICE)
-    model = META_ARCH_REGISTRY.build(name, cfg, key=_KEY)
+    model = META_ARCH_REGISTRY.build(name, cfg)
     model.to(device)
     logger.info("Built %s on %s", name, device)
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
