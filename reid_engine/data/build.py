@@ -14,14 +14,16 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, default_collate
 
+from reid_engine.config import ConfigError
 from reid_engine.utils import comm
 
 from .common import ImageItemSet, TrainImageSet, sample_rng
-from .datasets import get_dataset, merge_train_sets, resolve_data_root
+from .datasets import DatasetFormatError, get_dataset, merge_train_sets, resolve_data_root
+from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .transforms import build_transforms
 
-__all__ = ["build_reid_train_loader", "build_reid_test_loader", "TrainLoader",
+__all__ = ["build_reid_train_loader", "build_reid_test_loader", "check_data_config", "TrainLoader",
            "DevicePrefetcher", "collate_samples"]
 
 logger = logging.getLogger(__name__)
@@ -32,13 +34,13 @@ def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     "camids": int64 (B,), "img_paths": list[str]}``.
 
     Raises:
-        ValueError: the images of the batch differ in size (one line naming the fix).
+        ConfigError: the images of the batch differ in size (one line naming the fix).
     """
     images = [s["image"] for s in samples]
     if any(img.shape != images[0].shape for img in images):
         sizes = sorted({tuple(img.shape[1:]) for img in images})
-        raise ValueError(f"images of one batch have different sizes {sizes}; set "
-                         f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
+        raise ConfigError(f"images of one batch have different sizes {sizes}; set "
+                          f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
     return {
         # default_collate stacks into shared memory inside a worker, saving one copy.
         "images": default_collate(images),
@@ -100,7 +102,7 @@ def _worker_init(worker_id: int) -> None:
 def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
     """DataLoader arguments shared by the train and test loaders."""
     if num_workers < 0:
-        raise ValueError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
+        raise ConfigError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
     kwargs: Dict[str, Any] = {"num_workers": num_workers,
                               "pin_memory": torch.cuda.is_available()}
     if num_workers > 0:
@@ -176,7 +178,7 @@ class TrainLoader:
             raise RuntimeError("TrainLoader.load_state_dict must be called before iterating "
                                "the loader; load the checkpoint first, then start training")
         if int(state["batch_size"]) != self.batch_size:
-            raise ValueError(
+            raise ConfigError(
                 f"the checkpoint's loader used {state['batch_size']} images per worker but this "
                 f"run uses {self.batch_size}; resume with the same SOLVER.IMS_PER_BATCH and "
                 f"number of workers")
@@ -194,7 +196,7 @@ class TrainLoader:
 def _per_worker_batch(total: int, world_size: int, key: str) -> int:
     """Return ``total // world_size`` or raise a one-line error if it does not divide."""
     if total < 1 or total % world_size:
-        raise ValueError(f"{key} ({total}) must be a positive multiple of the number of "
+        raise ConfigError(f"{key} ({total}) must be a positive multiple of the number of "
                          f"workers ({world_size})")
     return total // world_size
 
@@ -203,21 +205,36 @@ def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: 
                          seed: int) -> InfiniteSampler:
     """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for."""
     name = cfg.DATALOADER.SAMPLER_TRAIN
-    if name not in SAMPLER_REGISTRY:
-        known = ", ".join(sorted(n for n, _ in SAMPLER_REGISTRY))
-        raise KeyError(f"unknown DATALOADER.SAMPLER_TRAIN '{name}'; known: {known}")
     cls = SAMPLER_REGISTRY.get(name)
     available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": set_ids,
                  "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
     extra = {k: available[k] for k in cls.extra_args}
     k = cfg.DATALOADER.NUM_INSTANCE
     if "num_instances" in extra and (k < 1 or batch_size % k):
-        raise ValueError(
+        raise ConfigError(
             f"{name}: SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) gives {batch_size} "
             f"images per worker, which must be a positive multiple of DATALOADER.NUM_INSTANCE "
             f"({k}); change one of them")
     return cls(items, batch_size, seed=seed, rank=comm.get_rank(),
                world_size=comm.get_world_size(), **extra)
+
+
+def check_data_config(cfg) -> None:
+    """Check the enumerated data values (dataset names, sampler) without reading any data.
+
+    Reads DATASETS.NAMES, DATASETS.TESTS and DATALOADER.SAMPLER_TRAIN.
+
+    Args:
+        cfg: the config.
+    Raises:
+        UnknownChoiceError: a name that is not registered (one line: key, choices, closest).
+        ConfigError: a ``:value`` for a dataset that takes none.
+    """
+    for key in ("DATASETS.NAMES", "DATASETS.TESTS"):
+        section, field = key.split(".")
+        for name in cfg[section][field]:
+            dataset_class(name, key)
+    SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
 
 
 def build_reid_train_loader(cfg) -> TrainLoader:
@@ -235,12 +252,12 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     root = resolve_data_root(cfg.DATASETS.ROOT)
     names = list(cfg.DATASETS.NAMES)
     if not names:
-        raise ValueError("DATASETS.NAMES is empty; name at least one training set")
+        raise ConfigError("DATASETS.NAMES is empty; name at least one training set")
     datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL) for name in names]
     items, num_classes, num_cameras = merge_train_sets(datasets)
     if not items:
-        raise ValueError(f"the training split of {names} is empty; check the dataset folders "
-                         f"under the data root '{root}'")
+        raise DatasetFormatError(f"the training split of {names} is empty; check the dataset folders "
+                                 f"under the data root '{root}'")
     # merge_train_sets keeps dataset order, so each item's set follows from the set sizes.
     sizes = [len(ds.train) for ds in datasets]
     set_ids = np.repeat(np.arange(len(sizes)), sizes) if sum(sizes) == len(items) else None
@@ -270,11 +287,11 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     Returns:
         ``(loader, num_query)``.
     """
-    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT))
+    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key="DATASETS.TESTS")
     items = list(dataset.query) + list(dataset.gallery)
     if not dataset.query or not dataset.gallery:
-        raise ValueError(f"{dataset_name}: the query or gallery split is empty; check its "
-                         f"folders under the data root")
+        raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "
+                                 f"folders under the data root")
     return build_reid_inference_loader(cfg, items), len(dataset.query)
 
 

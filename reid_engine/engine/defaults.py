@@ -36,6 +36,7 @@ from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from ..utils.file_io import atomic_write_text
 from ..utils.logger import HIGHLIGHT, setup_logger
 from . import hooks
+from .config_checks import check_config_values
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
 
 __all__ = [
@@ -94,12 +95,13 @@ def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentPa
 
 
 def default_setup(cfg: CfgNode, args) -> None:
-    """Prepare a run: output folder, loggers, environment log, config dump, seeds.
+    """Prepare a run: config value check, output folder, loggers, environment log, config dump, seeds.
 
     Args:
         cfg: the full config (it is dumped to OUTPUT_DIR/config.yaml).
         args: the parsed command-line namespace (needs `config_file`, `eval_only`).
     """
+    check_config_values(cfg)  # a wrong name fails before OUTPUT_DIR is touched
     output_dir = cfg.OUTPUT_DIR
     if comm.is_main_process() and output_dir:
         os.makedirs(output_dir, exist_ok=True)

@@ -11,8 +11,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from reid_engine.utils.registry import check_choice
+
 __all__ = [
     "METRICS",
+    "check_metric",
     "all_finite",
     "as_feature_tensor",
     "prepare_gallery",
@@ -41,10 +44,9 @@ def default_chunk_size(num_gallery: int, elements: int = _CHUNK_ELEMENTS) -> int
     return max(1, elements // max(1, int(num_gallery)))
 
 
-def _check_metric(metric: str) -> str:
-    if metric not in METRICS:
-        raise ValueError(f"unknown distance metric {metric!r}; use one of {METRICS} (TEST.METRIC)")
-    return metric
+def check_metric(metric: str) -> str:
+    """Return ``metric`` if it is one of :data:`METRICS`, else raise a one-line UnknownChoiceError (TEST.METRIC)."""
+    return check_choice(metric, METRICS, "TEST.METRIC")
 
 
 def all_finite(values: torch.Tensor) -> bool:
@@ -109,7 +111,7 @@ def prepare_gallery(gallery: torch.Tensor, metric: str) -> Tuple[torch.Tensor, t
         (gallery_t, gallery_term): the transposed gallery (D, G) for the matmul and a
         (G,) float32 vector: inverse norms for cosine, squared norms for euclidean.
     """
-    _check_metric(metric)
+    check_metric(metric)
     norms = gallery.float().norm(dim=1)
     if metric == "cosine":
         term = 1.0 / norms.clamp_min(1e-12)
@@ -156,7 +158,7 @@ def iter_distance_chunks(
     Yields:
         (int, torch.Tensor): first query row of the block and its (C, G) float32 distances.
     """
-    _check_metric(metric)
+    check_metric(metric)
     query = as_feature_tensor(query, "query features")
     gallery = as_feature_tensor(gallery, "gallery features")
     if query.shape[1] != gallery.shape[1]:

@@ -21,7 +21,11 @@ from fvcore.common.param_scheduler import (
 )
 from torch.optim.lr_scheduler import LRScheduler
 
-__all__ = ["ParamSchedulerLR", "build_lr_scheduler", "SCHEDULER_NAMES", "WARMUP_METHODS"]
+from reid_engine.config import ConfigError
+from reid_engine.utils.registry import lookup
+
+__all__ = ["ParamSchedulerLR", "build_lr_scheduler", "check_lr_scheduler_config", "SCHEDULER_NAMES",
+           "WARMUP_METHODS"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ def _multistep(solver, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
     """1, then times GAMMA at each of STEPS (epochs), as a function of global progress."""
     steps = [int(step) for step in solver.STEPS]
     if any(later <= earlier for earlier, later in zip(steps, steps[1:])) or any(s <= 0 for s in steps):
-        raise ValueError(f"SOLVER.STEPS must be positive and increasing epochs, got {list(solver.STEPS)}")
+        raise ConfigError(f"SOLVER.STEPS must be positive and increasing epochs, got {list(solver.STEPS)}")
     milestones = [step * iters_per_epoch for step in steps if step * iters_per_epoch < max_iter]
     if len(milestones) < len(steps):
         logger.warning("SOLVER.STEPS %s: steps at or after MAX_EPOCH %s are never reached",
@@ -105,8 +109,8 @@ def _cosine(solver, max_iter: int, iters_per_epoch: int) -> ParamScheduler:
     end = solver.ETA_MIN_LR / solver.BASE_LR
     delay = solver.DELAY_EPOCHS * iters_per_epoch
     if not 0 <= solver.DELAY_EPOCHS < solver.MAX_EPOCH:
-        raise ValueError(f"SOLVER.DELAY_EPOCHS must be in [0, MAX_EPOCH={solver.MAX_EPOCH}), "
-                         f"got {solver.DELAY_EPOCHS}")
+        raise ConfigError(f"SOLVER.DELAY_EPOCHS must be in [0, MAX_EPOCH={solver.MAX_EPOCH}), "
+                          f"got {solver.DELAY_EPOCHS}")
     cosine = CosineParamScheduler(1.0, end)
     if delay == 0:
         return cosine
@@ -146,22 +150,33 @@ def _with_warmup(main: ParamScheduler, solver, max_iter: int):
         its slope and is cut at the last iteration.
     """
     warmup_iters = int(solver.WARMUP_ITERS)
-    if solver.WARMUP_METHOD not in _WARMUPS:
-        raise ValueError(f"unknown SOLVER.WARMUP_METHOD {solver.WARMUP_METHOD!r}; use one of {WARMUP_METHODS}")
+    make_warmup = lookup(_WARMUPS, solver.WARMUP_METHOD, "SOLVER.WARMUP_METHOD")
     if warmup_iters < 0:
-        raise ValueError(f"SOLVER.WARMUP_ITERS must be >= 0, got {warmup_iters}")
+        raise ConfigError(f"SOLVER.WARMUP_ITERS must be >= 0, got {warmup_iters}")
     if warmup_iters == 0:
         return main, max_iter
     if not solver.WARMUP_FACTOR > 0:
-        raise ValueError(f"SOLVER.WARMUP_FACTOR must be > 0, got {solver.WARMUP_FACTOR}")
+        raise ConfigError(f"SOLVER.WARMUP_FACTOR must be > 0, got {solver.WARMUP_FACTOR}")
     if warmup_iters >= max_iter:
         logger.warning("SOLVER.WARMUP_ITERS (%d) covers the whole run (%d iterations); the lr never "
                        "reaches its full value", warmup_iters, max_iter)
-        return _WARMUPS[solver.WARMUP_METHOD](solver.WARMUP_FACTOR, 1.0), warmup_iters
+        return make_warmup(solver.WARMUP_FACTOR, 1.0), warmup_iters
     fraction = warmup_iters / max_iter
-    warmup = _WARMUPS[solver.WARMUP_METHOD](solver.WARMUP_FACTOR * main(0.0), main(fraction))
+    warmup = make_warmup(solver.WARMUP_FACTOR * main(0.0), main(fraction))
     return CompositeParamScheduler([warmup, main], lengths=[fraction, 1.0 - fraction],
                                    interval_scaling=["rescaled", "fixed"]), max_iter
+
+
+def check_lr_scheduler_config(cfg) -> None:
+    """Check SOLVER.SCHED and SOLVER.WARMUP_METHOD, building nothing.
+
+    Args:
+        cfg: the config.
+    Raises:
+        UnknownChoiceError: an unknown name (one line: key, choices, closest).
+    """
+    lookup(_SCHEDULERS, cfg.SOLVER.SCHED, "SOLVER.SCHED")
+    lookup(_WARMUPS, cfg.SOLVER.WARMUP_METHOD, "SOLVER.WARMUP_METHOD")
 
 
 def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, iters_per_epoch: int) -> ParamSchedulerLR:
@@ -177,14 +192,13 @@ def build_lr_scheduler(cfg, optimizer: torch.optim.Optimizer, iters_per_epoch: i
     """
     solver = cfg.SOLVER
     if iters_per_epoch < 1:
-        raise ValueError(f"iters_per_epoch must be >= 1, got {iters_per_epoch}; the training set "
-                         f"must hold at least SOLVER.IMS_PER_BATCH images")
-    if solver.SCHED not in _SCHEDULERS:
-        raise ValueError(f"unknown SOLVER.SCHED {solver.SCHED!r}; use one of {SCHEDULER_NAMES}")
+        raise ConfigError(f"iters_per_epoch must be >= 1, got {iters_per_epoch}; the training set "
+                          f"must hold at least SOLVER.IMS_PER_BATCH images")
+    make_schedule = lookup(_SCHEDULERS, solver.SCHED, "SOLVER.SCHED")
     if solver.MAX_EPOCH < 1:
-        raise ValueError(f"SOLVER.MAX_EPOCH must be >= 1, got {solver.MAX_EPOCH}")
+        raise ConfigError(f"SOLVER.MAX_EPOCH must be >= 1, got {solver.MAX_EPOCH}")
     max_iter = int(solver.MAX_EPOCH * iters_per_epoch)
-    main = _SCHEDULERS[solver.SCHED](solver, max_iter, iters_per_epoch)
+    main = make_schedule(solver, max_iter, iters_per_epoch)
     multiplier, span = _with_warmup(main, solver, max_iter)
     logger.info("LR schedule: %s warmup over %d iterations, then %s over %d iterations",
                 solver.WARMUP_METHOD, solver.WARMUP_ITERS, solver.SCHED, max_iter)

@@ -11,9 +11,12 @@ from typing import Callable, Dict, List, Tuple
 import torch
 from torch import nn
 
+from reid_engine.config import ConfigError
+from reid_engine.utils.registry import check_choice, lookup
+
 __all__ = [
-    "build_optimizer", "get_param_groups", "is_norm_module", "optimizer_names",
-    "add_gradient_clipping", "CLIP_TYPES",
+    "build_optimizer", "check_optimizer_config", "get_param_groups", "is_norm_module",
+    "optimizer_names", "add_gradient_clipping", "CLIP_TYPES",
 ]
 
 logger = logging.getLogger(__name__)
@@ -167,13 +170,11 @@ def add_gradient_clipping(optimizer: torch.optim.Optimizer, clip_type: str, clip
     Returns:
         torch.utils.hooks.RemovableHandle: ``handle.remove()`` disables clipping.
     """
-    if clip_type not in _CLIPPERS:
-        raise ValueError(f"unknown SOLVER.CLIP_GRADIENTS.CLIP_TYPE {clip_type!r}; use one of {CLIP_TYPES}")
+    clipper = lookup(_CLIPPERS, clip_type, "SOLVER.CLIP_GRADIENTS.CLIP_TYPE")
     if not clip_value > 0:
-        raise ValueError(f"SOLVER.CLIP_GRADIENTS.CLIP_VALUE must be > 0, got {clip_value}")
+        raise ConfigError(f"SOLVER.CLIP_GRADIENTS.CLIP_VALUE must be > 0, got {clip_value}")
     if not norm_type > 0:
-        raise ValueError(f"SOLVER.CLIP_GRADIENTS.NORM_TYPE must be > 0, got {norm_type}")
-    clipper = _CLIPPERS[clip_type]
+        raise ConfigError(f"SOLVER.CLIP_GRADIENTS.NORM_TYPE must be > 0, got {norm_type}")
 
     def clip_before_step(opt, args, kwargs):
         params = [p for group in opt.param_groups for p in group["params"] if p.grad is not None]
@@ -181,6 +182,21 @@ def add_gradient_clipping(optimizer: torch.optim.Optimizer, clip_type: str, clip
             clipper(params, clip_value * _pending_grad_scale(opt), float(norm_type))
 
     return optimizer.register_step_pre_hook(clip_before_step)
+
+
+def check_optimizer_config(cfg) -> type:
+    """Check SOLVER.OPT and SOLVER.CLIP_GRADIENTS.CLIP_TYPE, building nothing.
+
+    Args:
+        cfg: the config.
+    Returns:
+        The torch.optim class named by SOLVER.OPT.
+    Raises:
+        UnknownChoiceError: an unknown name (one line: key, choices, closest).
+    """
+    if cfg.SOLVER.CLIP_GRADIENTS.ENABLED:
+        check_choice(cfg.SOLVER.CLIP_GRADIENTS.CLIP_TYPE, CLIP_TYPES, "SOLVER.CLIP_GRADIENTS.CLIP_TYPE")
+    return getattr(torch.optim, check_choice(cfg.SOLVER.OPT, optimizer_names(), "SOLVER.OPT"))
 
 
 def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
@@ -198,10 +214,7 @@ def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
         torch.optim.Optimizer
     """
     solver = cfg.SOLVER
-    valid = optimizer_names()
-    if solver.OPT not in valid:
-        raise ValueError(f"unknown SOLVER.OPT {solver.OPT!r}; use one of the torch.optim optimizers: {valid}")
-    optimizer_cls = getattr(torch.optim, solver.OPT)
+    optimizer_cls = check_optimizer_config(cfg)
     groups = get_param_groups(
         model, base_lr=solver.BASE_LR, weight_decay=solver.WEIGHT_DECAY,
         weight_decay_norm=solver.WEIGHT_DECAY_NORM, bias_lr_factor=solver.BIAS_LR_FACTOR,

@@ -11,7 +11,10 @@ from PIL import Image
 from reid_engine.config import get_cfg
 from reid_engine.data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader, read_image
 from reid_engine.data import build as build_module
+from reid_engine.data.build import check_data_config
 from reid_engine.data.common import ImageReadError
+from reid_engine.utils.errors import ReidUserError
+from reid_engine.utils.registry import UnknownChoiceError
 
 IDS, PER_ID = 6, 4
 
@@ -182,11 +185,29 @@ def test_batch_size_errors_name_the_keys(data_root):
     cfg = _cfg(data_root)
     cfg.SOLVER.IMS_PER_BATCH = 6
     cfg.DATALOADER.NUM_INSTANCE = 4
-    with pytest.raises(ValueError, match="NUM_INSTANCE"):
+    with pytest.raises(ReidUserError, match="NUM_INSTANCE"):
         build_reid_train_loader(cfg)
     cfg.DATALOADER.SAMPLER_TRAIN = "NoSuchSampler"
-    with pytest.raises(KeyError, match="NoSuchSampler"):
+    with pytest.raises(UnknownChoiceError, match="unknown DATALOADER.SAMPLER_TRAIN 'NoSuchSampler': "
+                                                 "choose one of .*NaiveIdentitySampler"):
         build_reid_train_loader(cfg)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("DATASETS.NAMES", ("Market",), "unknown DATASETS.NAMES 'Market'.*did you mean Market1501[?]; for your own"),
+    ("DATASETS.TESTS", ("VeRI",), "unknown DATASETS.TESTS 'VeRI'.*did you mean VeRi[?]"),
+    ("DATASETS.TESTS", ("Market1501:x",), "DATASETS.TESTS: dataset 'Market1501' takes no ':<value>'"),
+    ("DATALOADER.SAMPLER_TRAIN", "Naive", "unknown DATALOADER.SAMPLER_TRAIN 'Naive'.*did you mean NaiveIdentitySampler[?]"),
+])
+def test_check_data_config_reads_no_data(tmp_path, key, value, message):
+    cfg = get_cfg()
+    cfg.DATASETS.ROOT = str(tmp_path / "missing")  # nothing is read from it
+    cfg.DATASETS.NAMES = ("ImageFolder:tiny",)
+    check_data_config(cfg)
+    section, field = key.split(".")
+    cfg[section][field] = value
+    with pytest.raises(ReidUserError, match=message):
+        check_data_config(cfg)
 
 
 def test_read_image_converts_and_names_bad_files(tmp_path):

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from reid_engine.config import ConfigError
 from reid_engine.data.datasets import (
     DATASET_REGISTRY,
     DatasetFormatError,
@@ -19,6 +20,7 @@ from reid_engine.data.datasets import (
     resolve_data_root,
 )
 from reid_engine.data.datasets.vehicleid import split_query_gallery
+from reid_engine.utils.registry import UnknownChoiceError
 
 
 def touch(folder, *names):
@@ -363,10 +365,12 @@ def test_merge_train_sets_prefixes_ids_and_cameras():
 
 
 def test_get_dataset_errors_and_summary(tmp_path, caplog):
-    with pytest.raises(KeyError, match="unknown dataset 'Nope'.*ImageFolder:"):
+    with pytest.raises(UnknownChoiceError, match="unknown DATASETS.NAMES 'Nope': choose one of .*ImageFolder:"):
         get_dataset("Nope", str(tmp_path))
+    with pytest.raises(UnknownChoiceError, match="unknown DATASETS.TESTS 'market1501'.*did you mean Market1501[?]"):
+        get_dataset("market1501", str(tmp_path), key="DATASETS.TESTS")
     make_market(str(tmp_path))
-    with pytest.raises(ValueError, match="takes no ':<value>'"):
+    with pytest.raises(ConfigError, match="takes no ':<value>'"):
         get_dataset("Market1501:x", str(tmp_path))
     with caplog.at_level(logging.INFO):
         get_dataset("Market1501", str(tmp_path))

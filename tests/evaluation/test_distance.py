@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from reid_engine.evaluation import compute_distance_matrix, iter_distance_chunks
+from reid_engine.utils.registry import UnknownChoiceError
 
 
 def _features():
@@ -38,7 +39,7 @@ def test_numpy_input_and_errors():
     q, g = _features()
     got = compute_distance_matrix(q.numpy(), g.numpy(), "cosine")
     torch.testing.assert_close(got, compute_distance_matrix(q, g, "cosine"))
-    with pytest.raises(ValueError, match="unknown distance metric"):
+    with pytest.raises(UnknownChoiceError, match="unknown TEST.METRIC .hamming.: choose one of cosine, euclidean"):
         compute_distance_matrix(q, g, "hamming")
     with pytest.raises(ValueError, match="dimension"):
         compute_distance_matrix(q, g[:, :4], "cosine")

@@ -12,7 +12,6 @@ def tiny_cfg(depth="18x", **overrides):
     cfg = get_cfg()
     cfg.MODEL.DEVICE = "cpu"
     cfg.MODEL.BACKBONE.DEPTH = depth
-    cfg.MODEL.BACKBONE.FEAT_DIM = 512 if depth in ("18x", "34x") else 2048
     cfg.MODEL.HEADS.NUM_CLASSES = 5
     cfg.INPUT.SIZE_TEST = [64, 32]
     cfg.INPUT.SIZE_TRAIN = [64, 32]

@@ -7,9 +7,11 @@ from torch import nn
 
 from reid_engine.modeling import build_backbone
 from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_imagenet_weights
+from reid_engine.modeling.backbones.build import BACKBONE_REGISTRY
 from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
 from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.errors import ReidUserError
+from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
 
@@ -114,15 +116,37 @@ def test_non_local_width_matches_fastreid_checkpoints():
 
 
 @pytest.mark.parametrize("opts, message", [
-    ({"DEPTH": "20x"}, "DEPTH '20x' is not a ResNet depth"),
+    ({"DEPTH": "20x"}, "unknown MODEL.BACKBONE.DEPTH '20x': choose one of 18x, 34x, 50x, 101x, 152x"),
     ({"DEPTH": "18x", "WITH_NL": True}, "non-local blocks are defined for depths 50x, 101x"),
     ({"LAST_STRIDE": 3}, "LAST_STRIDE must be 1 or 2"),
-    ({"NORM": "XN"}, "unknown norm 'XN'"),
-    ({"NAME": "build_vgg"}, "BACKBONE.NAME 'build_vgg' is unknown"),
+    ({"NORM": "XN"}, "unknown MODEL.BACKBONE.NORM 'XN': choose one of BN, syncBN"),
+    ({"NAME": "build_vgg"}, "unknown MODEL.BACKBONE.NAME 'build_vgg': choose one of build_resnet_backbone"),
 ])
 def test_bad_options_are_clear_errors(opts, message):
-    with pytest.raises((ValueError, KeyError), match=message):
+    with pytest.raises(ReidUserError, match=message) as caught:
         _backbone(**opts)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("opts, message", [
+    ({"DEPTH": "7x"}, "unknown MODEL.BACKBONE.DEPTH '7x'"),
+    ({"NORM": "bn"}, "unknown MODEL.BACKBONE.NORM 'bn'.*did you mean BN[?]"),
+    ({"NAME": "resnet"}, "unknown MODEL.BACKBONE.NAME 'resnet'.*did you mean build_resnet_backbone[?]"),
+])
+def test_check_backbone_config_rejects_wrong_names_without_building(opts, message):
+    cfg = tiny_cfg(**{f"BACKBONE.{k}": v for k, v in opts.items()})
+    with pytest.raises(UnknownChoiceError, match=message):
+        BACKBONE_REGISTRY.check_config(cfg)
+    BACKBONE_REGISTRY.check_config(tiny_cfg())  # the defaults pass
+
+
+@pytest.mark.parametrize("depth", ["18x", "50x"])
+def test_out_channels_matches_the_output_map(depth):
+    model = _backbone(depth).eval()
+    with torch.no_grad():
+        out = model(torch.zeros(1, 3, 64, 32))
+    assert isinstance(model.out_channels, int)
+    assert out.shape[1] == model.out_channels
 
 
 # ----------------------------------------------------------------------------- pretrained

@@ -3,8 +3,11 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from reid_engine.config import ConfigError
 from reid_engine.modeling import build_heads
 from reid_engine.modeling.heads import EmbeddingHead
+from reid_engine.modeling.heads.build import HEADS_REGISTRY
+from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
 
@@ -14,9 +17,9 @@ _TARGETS = torch.tensor([0, 1, 2, 1])
 
 def _head(**opts):
     cfg = tiny_cfg(**{f"HEADS.{k}": v for k, v in opts.items()})
-    cfg.MODEL.BACKBONE.FEAT_DIM = 8
+    cfg.MODEL.BACKBONE.FEAT_DIM = 2048  # not read: the width comes from in_channels
     cfg.MODEL.HEADS.NUM_CLASSES = opts.get("NUM_CLASSES", 3)
-    return build_heads(cfg)
+    return build_heads(cfg, in_channels=8)
 
 
 def _bn_eval(head, x):
@@ -34,7 +37,7 @@ def _randomise_neck(head):
 
 
 def test_num_classes_zero_is_a_clear_error():
-    with pytest.raises(ValueError, match="MODEL.HEADS.NUM_CLASSES is 0: it is filled from the "
+    with pytest.raises(ConfigError, match="MODEL.HEADS.NUM_CLASSES is 0: it is filled from the "
                                          "training set by the trainer; set it for standalone use"):
         _head(NUM_CLASSES=0)
 
@@ -48,10 +51,9 @@ def test_bn_neck_bias_is_frozen():
 
 def _head_with_test_feat(test_feat, **opts):
     cfg = tiny_cfg(**{f"HEADS.{k}": v for k, v in opts.items()})
-    cfg.MODEL.BACKBONE.FEAT_DIM = 8
     cfg.MODEL.HEADS.NUM_CLASSES = 3
     cfg.TEST.NECK_FEAT = test_feat
-    return build_heads(cfg)
+    return build_heads(cfg, in_channels=8)
 
 
 @pytest.mark.parametrize("neck_feat", ["before", "after"])
@@ -97,7 +99,7 @@ def test_without_bnneck_both_test_features_are_the_pooled_feature():
 
 
 def test_bad_test_neck_feat():
-    with pytest.raises(ValueError, match="TEST.NECK_FEAT must be 'before' or 'after'"):
+    with pytest.raises(UnknownChoiceError, match="unknown TEST.NECK_FEAT 'middle': choose one of"):
         _head_with_test_feat("middle")
 
 
@@ -144,7 +146,7 @@ def test_learnable_gem_key_and_plain_head_keys():
 
 def test_feat_dim_mismatch_and_non_global_pooling_are_clear_errors():
     head = _head(WITH_BNNECK=True)
-    with pytest.raises(ValueError, match="has 5 channels but MODEL.BACKBONE.FEAT_DIM is 8"):
+    with pytest.raises(ValueError, match="has 5 channels but the head was built for 8"):
         head(torch.randn(2, 5, 3, 2), _TARGETS[:2])
     with pytest.raises(ValueError, match="POOL_LAYER 'Identity' left a map"):
         _head(POOL_LAYER="Identity").eval()(_FEATURES)
@@ -155,10 +157,26 @@ def test_feat_dim_mismatch_and_non_global_pooling_are_clear_errors():
 def test_training_without_targets_and_bad_neck_feat():
     with pytest.raises(ValueError, match="needs targets"):
         _head().train()(_FEATURES)
-    with pytest.raises(ValueError, match="NECK_FEAT must be 'before' or 'after'"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.HEADS.NECK_FEAT 'middle': choose one of before, after"):
         _head(NECK_FEAT="middle")
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("NECK_FEAT", "afterr", "unknown MODEL.HEADS.NECK_FEAT 'afterr'.*did you mean after[?]"),
+    ("POOL_LAYER", "GlobalAvg", "unknown MODEL.HEADS.POOL_LAYER 'GlobalAvg'.*did you mean GlobalAvgPool[?]"),
+    ("CLS_LAYER", "Circle", "unknown MODEL.HEADS.CLS_LAYER 'Circle'.*did you mean CircleSoftmax[?]"),
+    ("NORM", "bn", "unknown MODEL.HEADS.NORM 'bn'.*did you mean BN[?]"),
+    ("NAME", "Embedding", "unknown MODEL.HEADS.NAME 'Embedding'.*did you mean EmbeddingHead[?]"),
+])
+def test_wrong_head_values_fail_in_check_and_in_build(key, value, message):
+    cfg = tiny_cfg(**{f"HEADS.{key}": value, "HEADS.WITH_BNNECK": True})
+    with pytest.raises(UnknownChoiceError, match=message):
+        HEADS_REGISTRY.check_config(cfg)
+    with pytest.raises(UnknownChoiceError, match=message):
+        build_heads(cfg, in_channels=8)
+    HEADS_REGISTRY.check_config(tiny_cfg())  # the defaults pass
+
+
 def test_constructor_is_usable_without_config():
-    head = EmbeddingHead(feat_dim=8, num_classes=3, with_bnneck=True, neck_feat="after")
+    head = EmbeddingHead(in_channels=8, num_classes=3, with_bnneck=True, neck_feat="after")
     assert head.eval()(_FEATURES).shape == (4, 8)

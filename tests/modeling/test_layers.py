@@ -18,6 +18,7 @@ from reid_engine.modeling.layers import (
     build_pooling,
     get_norm,
 )
+from reid_engine.utils.registry import UnknownChoiceError
 
 
 # ----------------------------------------------------------------------------- norms
@@ -37,8 +38,10 @@ def test_get_norm_gn_has_32_groups_and_rejects_odd_widths():
 
 
 def test_get_norm_unknown_name():
-    with pytest.raises(ValueError, match="unknown norm 'LN'.*BN"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.BACKBONE.NORM 'LN': choose one of BN, syncBN"):
         get_norm("LN", 8)
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.HEADS.NORM 'gn'.*did you mean GN[?]"):
+        get_norm("gn", 8, key="MODEL.HEADS.NORM")
 
 
 def test_get_norm_bias_freeze():
@@ -152,7 +155,8 @@ def test_pooling_registry_lists_every_layer():
     assert sorted(k for k, _ in POOLING_REGISTRY) == sorted([
         "Identity", "Flatten", "GlobalAvgPool", "GlobalMaxPool", "GeneralizedMeanPooling",
         "GeneralizedMeanPoolingP", "AdaptiveAvgMaxPool", "ClipGlobalAvgPool"])
-    with pytest.raises(KeyError, match="POOL_LAYER 'Avg' is unknown"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.HEADS.POOL_LAYER 'Avg': choose one of "
+                                                 "AdaptiveAvgMaxPool, ClipGlobalAvgPool"):
         build_pooling("Avg")
 
 
@@ -194,7 +198,8 @@ _TARGETS = torch.tensor([0, -1])  # the second sample's class is not among the c
 def test_cls_layer_registry_and_error():
     assert sorted(k for k, _ in CLS_LAYER_REGISTRY) == [
         "ArcSoftmax", "CircleSoftmax", "CosSoftmax", "Linear"]
-    with pytest.raises(KeyError, match="CLS_LAYER 'Softmax' is unknown"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.HEADS.CLS_LAYER 'Softmax': choose one of "
+                                                 "ArcSoftmax, CircleSoftmax, CosSoftmax, Linear"):
         build_cls_layer("Softmax", 3, 1.0, 0.0)
 
 

@@ -8,7 +8,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn import functional as F
 
-from reid_engine.config import get_cfg
+from reid_engine.config import ConfigError, get_cfg
 from reid_engine.modeling.losses import (
     LOSS_REGISTRY,
     build_losses,
@@ -21,6 +21,7 @@ from reid_engine.modeling.losses import (
     weighted_example_mining,
 )
 from reid_engine.modeling.losses.pairwise import euclidean_dist, identity_masks
+from reid_engine.utils.registry import UnknownChoiceError
 
 LN2 = math.log(2.0)
 # softmax(log([1, 2, 1])) = [0.25, 0.5, 0.25]
@@ -257,7 +258,20 @@ def test_each_loss_reads_its_section_and_applies_scale():
 def test_unknown_loss_name_lists_the_registered_ones():
     cfg = get_cfg()
     cfg.MODEL.LOSSES.NAME = ("CrossEntropyLoss", "ArcLoss")
-    with pytest.raises(ValueError, match="ArcLoss.*CircleLoss.*TripletLoss"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.LOSSES.NAME 'ArcLoss': choose one of "
+                                                 "CircleLoss.*TripletLoss"):
+        build_losses(cfg)
+    cfg.MODEL.LOSSES.NAME = ("CrossEntropy",)
+    with pytest.raises(UnknownChoiceError, match="did you mean CrossEntropyLoss[?]"):
+        build_losses(cfg)
+
+
+@pytest.mark.parametrize("names, message", [
+    ((), "MODEL.LOSSES.NAME is empty"), (("TripletLoss", "TripletLoss"), "lists a loss twice")])
+def test_empty_or_repeated_loss_names_are_config_errors(names, message):
+    cfg = get_cfg()
+    cfg.MODEL.LOSSES.NAME = names
+    with pytest.raises(ConfigError, match=message):
         build_losses(cfg)
 
 
@@ -269,7 +283,7 @@ def test_bad_loss_settings_are_clear_errors(key, value, pattern):
     cfg.MODEL.LOSSES.NAME = ("CrossEntropyLoss", "TripletLoss", "CircleLoss")
     section, name = key.split(".")
     cfg.MODEL.LOSSES[section][name] = value
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises(ConfigError, match=pattern):
         build_losses(cfg)
 
 

@@ -6,6 +6,8 @@ import torch
 
 from reid_engine.modeling import META_ARCH_REGISTRY, Baseline, build_model
 from reid_engine.modeling.meta_arch import summary
+from reid_engine.modeling.meta_arch.build import check_model_config
+from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
 
@@ -89,8 +91,30 @@ def test_bad_inputs_are_clear_errors(model):
     with pytest.raises(ValueError, match="PIXEL_MEAN has 3 values but MODEL.PIXEL_STD has 2"):
         Baseline(backbone=model.backbone, heads=model.heads, pixel_mean=[1, 2, 3], pixel_std=[1, 2])
     cfg = tiny_cfg("18x", META_ARCHITECTURE="MGN")
-    with pytest.raises(KeyError, match="META_ARCHITECTURE 'MGN' is unknown"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'MGN': choose one of Baseline"):
         build_model(cfg)
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'MGN'"):
+        check_model_config(cfg)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("META_ARCHITECTURE", "baseline", "unknown MODEL.META_ARCHITECTURE 'baseline'.*did you mean Baseline[?]"),
+    ("BACKBONE.DEPTH", "7x", "unknown MODEL.BACKBONE.DEPTH '7x': choose one of 18x, 34x, 50x, 101x, 152x"),
+    ("HEADS.POOL_LAYER", "GeM", "unknown MODEL.HEADS.POOL_LAYER 'GeM'"),
+    ("LOSSES.NAME", ("TripletLos",), "unknown MODEL.LOSSES.NAME 'TripletLos'.*did you mean TripletLoss[?]"),
+])
+def test_check_model_config_covers_the_parts_it_builds(key, value, message):
+    with pytest.raises(UnknownChoiceError, match=message):
+        check_model_config(tiny_cfg("18x", **{key: value}))
+    check_model_config(tiny_cfg("18x"))  # the defaults pass
+
+
+def test_head_width_comes_from_the_backbone_not_feat_dim():
+    cfg = tiny_cfg("18x", **{"BACKBONE.FEAT_DIM": 7, "HEADS.EMBEDDING_DIM": 0})
+    model = build_model(cfg).eval()
+    assert model.heads.in_feat_dim == model.backbone.out_channels == 512
+    with torch.no_grad():
+        assert model(_batch()["images"]).shape[1] == 512
 
 
 def test_build_model_logs_parameters_and_flops(caplog):

@@ -8,6 +8,9 @@ from torch import nn
 
 from reid_engine.config import get_cfg
 from reid_engine.solver import build_lr_scheduler
+from reid_engine.solver.lr_scheduler import check_lr_scheduler_config
+from reid_engine.utils.errors import ReidUserError
+from reid_engine.utils.registry import UnknownChoiceError
 
 BASE_LR = 0.1
 IPE = 10  # iterations per epoch
@@ -151,10 +154,21 @@ def test_scheduler_restored_alone_sets_the_next_lr():
     (dict(SCHED="CosineAnnealingLR", DELAY_EPOCHS=10), "DELAY_EPOCHS"),
 ])
 def test_bad_settings_are_clear_errors(solver, pattern):
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises(ReidUserError, match=pattern):
         build_lr_scheduler(_cfg(**solver), _optimizer(), IPE)
 
 
+@pytest.mark.parametrize("solver, message", [
+    (dict(SCHED="Foo"), "unknown SOLVER.SCHED 'Foo': choose one of MultiStepLR, CosineAnnealingLR$"),
+    (dict(SCHED="cosineannealinglr"), "did you mean CosineAnnealingLR[?]"),
+    (dict(WARMUP_METHOD="lin"), "unknown SOLVER.WARMUP_METHOD 'lin'.*did you mean linear[?]"),
+])
+def test_check_rejects_unknown_names_before_building(solver, message):
+    with pytest.raises(UnknownChoiceError, match=message):
+        check_lr_scheduler_config(_cfg(**solver))
+    check_lr_scheduler_config(_cfg())  # the defaults pass
+
+
 def test_empty_epoch_is_a_clear_error():
-    with pytest.raises(ValueError, match="iters_per_epoch.*IMS_PER_BATCH"):
+    with pytest.raises(ReidUserError, match="iters_per_epoch.*IMS_PER_BATCH"):
         build_lr_scheduler(_cfg(), _optimizer(), 0)

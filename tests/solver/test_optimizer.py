@@ -5,7 +5,8 @@ from torch import nn
 
 from reid_engine.config import get_cfg
 from reid_engine.solver import add_gradient_clipping, build_optimizer, is_norm_module
-from reid_engine.solver.optimizer import _kernel_kwargs
+from reid_engine.solver.optimizer import _kernel_kwargs, check_optimizer_config
+from reid_engine.utils.registry import UnknownChoiceError
 
 
 class FrozenBN(nn.Module):
@@ -108,8 +109,12 @@ def test_kernel_choice():
 
 
 def test_unknown_optimizer_lists_valid_names():
-    with pytest.raises(ValueError, match="'Adamm'.*'Adam'.*'SGD'"):
+    with pytest.raises(UnknownChoiceError, match="unknown SOLVER.OPT 'Adamm': choose one of .*Adam, .*SGD"
+                                                 ".*; did you mean Adam[?]"):
         build_optimizer(_cfg(OPT="Adamm"), TinyReid())
+    with pytest.raises(UnknownChoiceError, match="unknown SOLVER.OPT 'adamw'.*did you mean AdamW[?]"):
+        check_optimizer_config(_cfg(OPT="adamw"))
+    assert check_optimizer_config(_cfg(OPT="SGD")) is torch.optim.SGD
 
 
 # ---- clipping ------------------------------------------------------------------------
@@ -164,7 +169,8 @@ def test_build_optimizer_adds_clipping_from_config():
 
 def test_bad_clip_type_is_a_clear_error():
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1)
-    with pytest.raises(ValueError, match="CLIP_TYPE.*'value'"):
+    with pytest.raises(UnknownChoiceError, match="unknown SOLVER.CLIP_GRADIENTS.CLIP_TYPE 'nrom': choose one "
+                                                 "of value, norm, full_model; did you mean norm[?]"):
         add_gradient_clipping(optimizer, "nrom", 1.0)
 
 

@@ -1,4 +1,8 @@
 """``get_dataset``: the single entry point that turns a config name into a dataset."""
+from typing import Tuple
+
+from reid_engine.config import ConfigError
+from reid_engine.utils.registry import lookup
 
 from .bases import ImageDataset
 from .registry import DATASET_REGISTRY
@@ -6,38 +10,54 @@ from .registry import DATASET_REGISTRY
 # Short family names accepted before ':' in addition to the registered class names.
 ALIASES = {"ImageFolder": "ImageFolderReID"}
 
+_OWN_IMAGES_HINT = ("for your own images use 'ImageFolder:<folder under the data root>' "
+                    "(see datasets/README.md)")
 
-def get_dataset(name: str, root: str, combineall: bool = False, **kwargs) -> ImageDataset:
-    """Build the dataset named ``name`` (an entry of DATASETS.NAMES / DATASETS.TESTS).
 
-    ``"Market1501"`` looks the class up in :data:`DATASET_REGISTRY`;
-    ``"Family:value"`` (e.g. ``"ImageFolder:my_shop"``) passes ``value`` to the keyword
-    the class names in its ``NAME_ARGUMENT``.
+def dataset_class(name: str, key: str = "DATASETS.NAMES") -> Tuple[type, dict]:
+    """Resolve a config dataset name to its class and constructor keywords, building nothing.
+
+    ``"Market1501"`` looks the class up in :data:`DATASET_REGISTRY`; ``"Family:value"``
+    (e.g. ``"ImageFolder:my_shop"``) passes ``value`` to the keyword the class names in
+    its ``NAME_ARGUMENT``.
 
     Args:
         name: the dataset name from the config.
+        key: the config key holding it (named in errors), e.g. ``DATASETS.TESTS``.
+    Returns:
+        ``(cls, kwargs)``: the dataset class and the keywords the name implies.
+    Raises:
+        UnknownChoiceError: an unknown name (the message lists the known ones).
+        ConfigError: a ``:value`` for a class that takes none.
+    """
+    family, sep, value = name.partition(":")
+    cls = lookup(DATASET_REGISTRY, ALIASES.get(family, family), key, hint=_OWN_IMAGES_HINT)
+    if not sep:
+        return cls, {}
+    argument = getattr(cls, "NAME_ARGUMENT", None)
+    if argument is None:
+        raise ConfigError(f"{key}: dataset '{family}' takes no ':<value>' argument; write "
+                          f"'{family}' in the config")
+    return cls, {argument: value}
+
+
+def get_dataset(name: str, root: str, combineall: bool = False, key: str = "DATASETS.NAMES",
+                **kwargs) -> ImageDataset:
+    """Build the dataset named ``name`` (an entry of DATASETS.NAMES / DATASETS.TESTS).
+
+    Args:
+        name: the dataset name from the config (see :func:`dataset_class`).
         root: the data root (see :func:`resolve_data_root`).
         combineall: fold query + gallery into training.
+        key: the config key holding ``name``, named in errors.
         **kwargs: extra constructor keywords.
     Returns:
         The loaded dataset (its summary table already logged).
     Raises:
-        KeyError: an unknown name (the message lists the known ones).
-        ValueError: a ``:value`` for a class that takes none.
+        UnknownChoiceError: an unknown name (the message lists the known ones).
+        ConfigError: a ``:value`` for a class that takes none.
     """
-    family, sep, value = name.partition(":")
-    family = ALIASES.get(family, family)
-    if family not in DATASET_REGISTRY:
-        known = ", ".join(sorted(n for n, _ in DATASET_REGISTRY))
-        raise KeyError(f"unknown dataset '{name}'; known: {known}; for your own images use "
-                       f"'ImageFolder:<folder under the data root>' (see datasets/README.md)")
-    cls = DATASET_REGISTRY.get(family)
-    if sep:
-        key = getattr(cls, "NAME_ARGUMENT", None)
-        if key is None:
-            raise ValueError(f"dataset '{family}' takes no ':<value>' argument; write "
-                             f"'{family}' in the config")
-        kwargs[key] = value
-    dataset = cls(root=root, combineall=combineall, **kwargs)
+    cls, name_kwargs = dataset_class(name, key)
+    dataset = cls(root=root, combineall=combineall, **name_kwargs, **kwargs)
     dataset.show_summary()
     return dataset

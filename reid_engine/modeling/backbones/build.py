@@ -5,12 +5,12 @@ from reid_engine.utils.registry import Registry
 
 __all__ = ["BACKBONE_REGISTRY", "build_backbone"]
 
-BACKBONE_REGISTRY = Registry("BACKBONE")
+BACKBONE_REGISTRY = Registry("BACKBONE", key="MODEL.BACKBONE.NAME")
 BACKBONE_REGISTRY.__doc__ = """
-Backbones by MODEL.BACKBONE.NAME: functions fn(cfg) -> nn.Module that map images
-(B, 3, H, W) to a feature map (B, C, h, w) and expose `out_channels` (C).
+Backbones by MODEL.BACKBONE.NAME (build contract: utils.registry): functions fn(cfg) ->
+nn.Module that map images (B, 3, H, W) to a feature map (B, C, h, w) and expose an int
+`out_channels` (C); fn.check_config(cfg), where present, validates fn's keys.
 """
-
 
 def build_backbone(cfg) -> nn.Module:
     """Build the backbone named by cfg.MODEL.BACKBONE.NAME.
@@ -19,10 +19,6 @@ def build_backbone(cfg) -> nn.Module:
         cfg: the config tree.
 
     Returns:
-        nn.Module with attribute `out_channels`.
+        nn.Module with an int attribute `out_channels`, the channels of its output map.
     """
-    name = cfg.MODEL.BACKBONE.NAME
-    if name not in BACKBONE_REGISTRY:
-        raise KeyError(f"MODEL.BACKBONE.NAME {name!r} is unknown; choose one of "
-                       f"{', '.join(sorted(k for k, _ in BACKBONE_REGISTRY))}")
-    return BACKBONE_REGISTRY.get(name)(cfg)
+    return BACKBONE_REGISTRY.build(cfg.MODEL.BACKBONE.NAME, cfg)

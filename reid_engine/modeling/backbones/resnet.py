@@ -10,7 +10,10 @@ from typing import Optional, Sequence, Type
 import torch
 from torch import nn
 
-from ..layers import IBN, NonLocal, SELayer, get_norm
+from reid_engine.config import ConfigError
+from reid_engine.utils.registry import check_choice, lookup
+
+from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm
 from .build import BACKBONE_REGISTRY
 from .resnet_weights import load_imagenet_weights
 
@@ -198,6 +201,12 @@ _NON_LOCAL_PER_STAGE = {
 }
 
 
+def check_resnet_config(cfg) -> None:
+    """Check MODEL.BACKBONE.DEPTH (a ResNet depth) and NORM, building nothing."""
+    lookup(RESNET_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
+    check_choice(cfg.MODEL.BACKBONE.NORM, NORM_NAMES, "MODEL.BACKBONE.NORM")
+
+
 @BACKBONE_REGISTRY.register()
 def build_resnet_backbone(cfg) -> ResNet:
     """Build a ResNet from MODEL.BACKBONE.{DEPTH, LAST_STRIDE, NORM, WITH_IBN, WITH_SE,
@@ -210,17 +219,15 @@ def build_resnet_backbone(cfg) -> ResNet:
         ResNet with `out_channels` 512 (18x/34x) or 2048 (50x and deeper).
     """
     opts = cfg.MODEL.BACKBONE
-    if opts.DEPTH not in RESNET_DEPTHS:
-        raise ValueError(f"MODEL.BACKBONE.DEPTH {opts.DEPTH!r} is not a ResNet depth; "
-                         f"choose one of {', '.join(RESNET_DEPTHS)}")
+    check_resnet_config(cfg)
     if opts.LAST_STRIDE not in (1, 2):
-        raise ValueError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
+        raise ConfigError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
     non_local = (0, 0, 0, 0)
     if opts.WITH_NL:
         if opts.DEPTH not in _NON_LOCAL_PER_STAGE:
-            raise ValueError(f"MODEL.BACKBONE.WITH_NL: non-local blocks are defined for depths "
-                             f"{', '.join(_NON_LOCAL_PER_STAGE)}, not {opts.DEPTH}; "
-                             f"set WITH_NL False or change DEPTH")
+            raise ConfigError(f"MODEL.BACKBONE.WITH_NL: non-local blocks are defined for depths "
+                              f"{', '.join(_NON_LOCAL_PER_STAGE)}, not {opts.DEPTH}; "
+                              f"set WITH_NL False or change DEPTH")
         non_local = _NON_LOCAL_PER_STAGE[opts.DEPTH]
     block, blocks_per_stage = RESNET_DEPTHS[opts.DEPTH]
     model = ResNet(block, blocks_per_stage, last_stride=opts.LAST_STRIDE, norm=opts.NORM,
@@ -228,3 +235,6 @@ def build_resnet_backbone(cfg) -> ResNet:
     if opts.PRETRAIN:
         load_imagenet_weights(model, opts.PRETRAIN_PATH, "MODEL.BACKBONE.PRETRAIN_PATH")
     return model
+
+
+build_resnet_backbone.check_config = check_resnet_config

@@ -5,12 +5,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..layers import build_cls_layer, build_pooling, get_norm
+from reid_engine.config import ConfigError
+from reid_engine.utils.registry import check_choice
+
+from ..layers import CLS_LAYER_REGISTRY, NORM_NAMES, POOLING_REGISTRY, build_cls_layer, build_pooling, get_norm
 from .build import HEADS_REGISTRY
 
 __all__ = ["EmbeddingHead"]
 
-_NECK_FEATS = ("before", "after")
+#: accepted MODEL.HEADS.NECK_FEAT values
+NECK_FEATS = ("before", "after")
 
 
 @HEADS_REGISTRY.register()
@@ -32,7 +36,7 @@ class EmbeddingHead(nn.Module):
       i.e. the embedded feature, or the pooled one without an embedding conv.
 
     Args:
-        feat_dim: channels of the backbone map (MODEL.BACKBONE.FEAT_DIM).
+        in_channels: channels of the backbone map (the backbone's `out_channels`).
         num_classes: number of training identities (> 0).
         embedding_dim: output channels of the 1x1 embedding conv; 0 = none.
         with_bnneck: add the BN neck.
@@ -44,30 +48,28 @@ class EmbeddingHead(nn.Module):
         scale, margin: classifier layer parameters.
     """
 
-    def __init__(self, *, feat_dim: int, num_classes: int, embedding_dim: int = 0,
+    def __init__(self, *, in_channels: int, num_classes: int, embedding_dim: int = 0,
                  with_bnneck: bool = False, norm: str = "BN", neck_feat: str = "before",
                  test_feat: str = "after", pool_layer: str = "GlobalAvgPool", cls_layer: str = "Linear",
                  scale: float = 1.0, margin: float = 0.0):
         super().__init__()
         if num_classes <= 0:
-            raise ValueError("MODEL.HEADS.NUM_CLASSES is 0: it is filled from the training set "
-                             "by the trainer; set it for standalone use")
-        if neck_feat not in _NECK_FEATS:
-            raise ValueError(f"MODEL.HEADS.NECK_FEAT must be 'before' or 'after', got {neck_feat!r}")
-        if test_feat not in _NECK_FEATS:
-            raise ValueError(f"TEST.NECK_FEAT must be 'before' or 'after', got {test_feat!r}")
-        self.in_feat_dim = feat_dim
+            raise ConfigError("MODEL.HEADS.NUM_CLASSES is 0: it is filled from the training set "
+                              "by the trainer; set it for standalone use")
+        check_choice(neck_feat, NECK_FEATS, "MODEL.HEADS.NECK_FEAT")
+        check_choice(test_feat, NECK_FEATS, "TEST.NECK_FEAT")
+        self.in_feat_dim = in_channels
         self.neck_feat = neck_feat
         self.test_feat = test_feat
         self.with_bnneck = with_bnneck
         self.pool_name = pool_layer
         self.pool_layer = build_pooling(pool_layer)
-        neck, out_dim = [], feat_dim
+        neck, out_dim = [], in_channels
         if embedding_dim > 0:
-            neck.append(nn.Conv2d(feat_dim, embedding_dim, kernel_size=1, bias=False))
+            neck.append(nn.Conv2d(in_channels, embedding_dim, kernel_size=1, bias=False))
             out_dim = embedding_dim
         if with_bnneck:
-            neck.append(get_norm(norm, out_dim, bias_freeze=True))
+            neck.append(get_norm(norm, out_dim, bias_freeze=True, key="MODEL.HEADS.NORM"))
         self.bottleneck = nn.Sequential(*neck)
         self.cls_layer = build_cls_layer(cls_layer, num_classes, scale, margin)
         self.weight = nn.Parameter(torch.empty(num_classes, out_dim))
@@ -75,11 +77,21 @@ class EmbeddingHead(nn.Module):
         self.feat_dim = out_dim
         self.reset_parameters()
 
-    @classmethod
-    def from_config(cls, cfg) -> "EmbeddingHead":
-        """Build from MODEL.BACKBONE.FEAT_DIM, MODEL.HEADS.* and TEST.NECK_FEAT."""
+    @staticmethod
+    def check_config(cfg) -> None:
+        """Check the enumerated MODEL.HEADS values (NECK_FEAT, POOL_LAYER, CLS_LAYER, NORM) and TEST.NECK_FEAT."""
         heads = cfg.MODEL.HEADS
-        return cls(feat_dim=cfg.MODEL.BACKBONE.FEAT_DIM, num_classes=heads.NUM_CLASSES,
+        check_choice(heads.NECK_FEAT, NECK_FEATS, "MODEL.HEADS.NECK_FEAT")
+        check_choice(cfg.TEST.NECK_FEAT, NECK_FEATS, "TEST.NECK_FEAT")
+        POOLING_REGISTRY.get(heads.POOL_LAYER)
+        CLS_LAYER_REGISTRY.get(heads.CLS_LAYER)
+        check_choice(heads.NORM, NORM_NAMES, "MODEL.HEADS.NORM")
+
+    @classmethod
+    def from_config(cls, cfg, in_channels: int) -> "EmbeddingHead":
+        """Build from MODEL.HEADS.* and TEST.NECK_FEAT for a backbone map of `in_channels` channels."""
+        heads = cfg.MODEL.HEADS
+        return cls(in_channels=in_channels, num_classes=heads.NUM_CLASSES,
                    embedding_dim=heads.EMBEDDING_DIM, with_bnneck=heads.WITH_BNNECK,
                    norm=heads.NORM, neck_feat=heads.NECK_FEAT, test_feat=cfg.TEST.NECK_FEAT,
                    pool_layer=heads.POOL_LAYER,
@@ -98,12 +110,12 @@ class EmbeddingHead(nn.Module):
     def _pool(self, features: torch.Tensor) -> torch.Tensor:
         pooled = self.pool_layer(features)
         if pooled.dim() != 4 or pooled.shape[-2:] != (1, 1):
-            raise ValueError(f"MODEL.HEADS.POOL_LAYER {self.pool_name!r} left a map of shape "
-                             f"{tuple(pooled.shape)}; use a global pooling layer (e.g. GlobalAvgPool)")
+            raise ConfigError(f"MODEL.HEADS.POOL_LAYER {self.pool_name!r} left a map of shape "
+                              f"{tuple(pooled.shape)}; use a global pooling layer (e.g. GlobalAvgPool)")
         if pooled.shape[1] != self.in_feat_dim:
-            raise ValueError(f"the pooled feature has {pooled.shape[1]} channels but "
-                             f"MODEL.BACKBONE.FEAT_DIM is {self.in_feat_dim}; set FEAT_DIM to "
-                             f"{pooled.shape[1]}")
+            raise ConfigError(f"the pooled feature has {pooled.shape[1]} channels but the head "
+                              f"was built for {self.in_feat_dim}; set MODEL.HEADS.POOL_LAYER to a "
+                              f"layer that keeps the backbone's channels (e.g. GlobalAvgPool)")
         return pooled
 
     def _test_feature(self, pooled: torch.Tensor) -> torch.Tensor:

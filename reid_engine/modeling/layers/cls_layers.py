@@ -5,7 +5,7 @@ The class-centre matrix itself is the head's parameter `heads.weight` (fast-reid
 layout). The head feeds plain logits (feature @ weight.T) to `Linear`, and cosine
 logits (normalised feature @ normalised weight.T) to the margin layers. Selected by
 MODEL.HEADS.CLS_LAYER through CLS_LAYER_REGISTRY; built as cls(num_classes, scale,
-margin). A target of -1 marks a sample whose class is not among these centres; it
+margin) (build contract: utils.registry). A target of -1 marks a sample whose class is not among these centres; it
 gets no positive margin.
 """
 import torch
@@ -16,7 +16,7 @@ from reid_engine.utils.registry import Registry
 __all__ = ["CLS_LAYER_REGISTRY", "Linear", "CosSoftmax", "ArcSoftmax", "CircleSoftmax",
            "build_cls_layer"]
 
-CLS_LAYER_REGISTRY = Registry("CLS_LAYER")
+CLS_LAYER_REGISTRY = Registry("CLS_LAYER", key="MODEL.HEADS.CLS_LAYER")
 CLS_LAYER_REGISTRY.__doc__ = (
     "Classifier layers by MODEL.HEADS.CLS_LAYER name; built as cls(num_classes, scale, margin).")
 
@@ -120,7 +120,4 @@ def build_cls_layer(name: str, num_classes: int, scale: float, margin: float) ->
         nn.Module with forward(logits, targets) -> adjusted logits and an attribute
         `uses_cosine`.
     """
-    if name not in CLS_LAYER_REGISTRY:
-        raise KeyError(f"MODEL.HEADS.CLS_LAYER {name!r} is unknown; choose one of "
-                       f"{', '.join(sorted(k for k, _ in CLS_LAYER_REGISTRY))}")
-    return CLS_LAYER_REGISTRY.get(name)(num_classes, scale, margin)
+    return CLS_LAYER_REGISTRY.build(name, num_classes, scale, margin)

@@ -3,7 +3,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from reid_engine.config import ConfigError
 from reid_engine.utils.comm import get_world_size
+from reid_engine.utils.registry import lookup
 
 __all__ = ["FrozenBatchNorm2d", "GhostBatchNorm", "get_norm", "NORM_NAMES"]
 
@@ -62,7 +64,7 @@ class GhostBatchNorm(nn.BatchNorm2d):
             return super().forward(x)
         batch, channels, height, width = x.shape
         if batch % self.num_splits:
-            raise ValueError(
+            raise ConfigError(
                 f"GhostBN: batch size {batch} does not divide into {self.num_splits} ghost "
                 f"batches; use a batch size that is a multiple of {self.num_splits}")
         splits = self.num_splits
@@ -92,8 +94,8 @@ def _sync_batch_norm(channels: int) -> nn.Module:
 
 def _group_norm(channels: int) -> nn.Module:
     if channels % _GN_GROUPS:
-        raise ValueError(f"GN needs channels divisible by {_GN_GROUPS}, got {channels}; "
-                         f"use NORM 'BN' for this layer width")
+        raise ConfigError(f"GN needs channels divisible by {_GN_GROUPS}, got {channels}; "
+                          f"use NORM 'BN' for this layer width")
     return nn.GroupNorm(_GN_GROUPS, channels)
 
 
@@ -107,7 +109,8 @@ _NORM_FACTORIES = {
 NORM_NAMES = tuple(_NORM_FACTORIES)
 
 
-def get_norm(norm: str, channels: int, *, bias_freeze: bool = False) -> nn.Module:
+def get_norm(norm: str, channels: int, *, bias_freeze: bool = False,
+             key: str = "MODEL.BACKBONE.NORM") -> nn.Module:
     """Build a 2d normalisation layer by name.
 
     Args:
@@ -115,13 +118,12 @@ def get_norm(norm: str, channels: int, *, bias_freeze: bool = False) -> nn.Modul
             FrozenBN, GhostBN (4 ghost batches).
         channels: number of channels.
         bias_freeze: if True the bias (shift) is not trained (requires_grad False).
+        key: the config key holding ``norm``, named in the error for an unknown name.
 
     Returns:
         nn.Module: weight 1, bias 0 at construction.
     """
-    if norm not in _NORM_FACTORIES:
-        raise ValueError(f"unknown norm {norm!r}; choose one of {', '.join(NORM_NAMES)}")
-    layer = _NORM_FACTORIES[norm](channels)
+    layer = lookup(_NORM_FACTORIES, norm, key)(channels)
     bias = getattr(layer, "bias", None)
     if bias_freeze and isinstance(bias, nn.Parameter):
         bias.requires_grad_(False)

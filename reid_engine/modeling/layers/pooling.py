@@ -1,7 +1,7 @@
 """Pooling layers that turn a feature map (B, C, H, W) into (B, D, 1, 1).
 
 Selected by MODEL.HEADS.POOL_LAYER through POOLING_REGISTRY; each is built with no
-arguments.
+arguments (build contract: utils.registry).
 """
 import torch
 from torch import nn
@@ -15,7 +15,7 @@ __all__ = [
     "ClipGlobalAvgPool", "build_pooling",
 ]
 
-POOLING_REGISTRY = Registry("POOLING")
+POOLING_REGISTRY = Registry("POOLING", key="MODEL.HEADS.POOL_LAYER")
 POOLING_REGISTRY.__doc__ = "Pooling layers by MODEL.HEADS.POOL_LAYER name; built with no arguments."
 
 
@@ -130,7 +130,4 @@ def build_pooling(name: str) -> nn.Module:
     Returns:
         nn.Module mapping (B, C, H, W) to (B, D, 1, 1) (Identity returns its input).
     """
-    if name not in POOLING_REGISTRY:
-        raise KeyError(f"MODEL.HEADS.POOL_LAYER {name!r} is unknown; choose one of "
-                       f"{', '.join(sorted(k for k, _ in POOLING_REGISTRY))}")
-    return POOLING_REGISTRY.get(name)()
+    return POOLING_REGISTRY.build(name)

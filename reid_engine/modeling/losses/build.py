@@ -1,7 +1,7 @@
 """The loss registry and ``build_losses``: the only reader of ``MODEL.LOSSES.*``.
 
 Each registered class is named as in ``MODEL.LOSSES.NAME``, reads its own section of
-``MODEL.LOSSES`` in ``from_config``, and when called with the head outputs returns one
+``MODEL.LOSSES`` in ``from_config(cfg)`` (build contract: utils.registry), and when called with the head outputs returns one
 named, scaled loss term.
 """
 import logging
@@ -9,6 +9,7 @@ from typing import Dict, Sequence
 
 import torch
 
+from reid_engine.config import ConfigError
 from reid_engine.utils.registry import Registry
 
 from .circle import pairwise_circle_loss
@@ -17,14 +18,15 @@ from .cross_entropy import cross_entropy_loss
 from .focal import focal_loss
 from .triplet import triplet_loss
 
-__all__ = ["LOSS_REGISTRY", "ReidLoss", "LossSet", "build_losses", "registered_loss_names"]
+__all__ = ["LOSS_REGISTRY", "ReidLoss", "LossSet", "build_losses", "check_loss_names",
+           "registered_loss_names"]
 
 logger = logging.getLogger(__name__)
 
-LOSS_REGISTRY = Registry("LOSS")
+LOSS_REGISTRY = Registry("LOSS", key="MODEL.LOSSES.NAME")
 LOSS_REGISTRY.__doc__ = """
-Loss terms by ``MODEL.LOSSES.NAME`` entry. ``cls.from_config(cfg.MODEL.LOSSES)`` returns a
-callable ``(outputs: dict, targets) -> {output_key: loss * SCALE}``.
+Loss terms by ``MODEL.LOSSES.NAME`` entry (build contract: utils.registry).
+``cls.from_config(cfg)`` returns a callable ``(outputs: dict, targets) -> {output_key: loss * SCALE}``.
 """
 
 
@@ -45,8 +47,8 @@ class ReidLoss:
         self.scale = float(scale)
 
     @classmethod
-    def from_config(cls, losses_cfg) -> "ReidLoss":
-        """Build from ``cfg.MODEL.LOSSES``, reading only this loss's own section."""
+    def from_config(cls, cfg) -> "ReidLoss":
+        """Build from the config, reading only this loss's own section of MODEL.LOSSES."""
         raise NotImplementedError
 
     def compute(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -67,7 +69,7 @@ class ReidLoss:
 
 def _check(condition: bool, message: str) -> None:
     if not condition:
-        raise ValueError(message)
+        raise ConfigError(message)
 
 
 @LOSS_REGISTRY.register()
@@ -89,9 +91,9 @@ class CrossEntropyLoss(ReidLoss):
         self.alpha = float(alpha)
 
     @classmethod
-    def from_config(cls, losses_cfg) -> "CrossEntropyLoss":
+    def from_config(cls, cfg) -> "CrossEntropyLoss":
         """Read MODEL.LOSSES.CE (EPSILON, ALPHA, SCALE)."""
-        ce = losses_cfg.CE
+        ce = cfg.MODEL.LOSSES.CE
         _check(ce.EPSILON == -1 or 0 <= ce.EPSILON < 1,
                f"MODEL.LOSSES.CE.EPSILON must be in [0, 1) or -1 (adaptive), got {ce.EPSILON}")
         _check(ce.EPSILON != -1 or 0 <= ce.ALPHA <= 1,
@@ -122,9 +124,9 @@ class FocalLoss(ReidLoss):
         self.gamma = float(gamma)
 
     @classmethod
-    def from_config(cls, losses_cfg) -> "FocalLoss":
+    def from_config(cls, cfg) -> "FocalLoss":
         """Read MODEL.LOSSES.FL (ALPHA, GAMMA, SCALE)."""
-        fl = losses_cfg.FL
+        fl = cfg.MODEL.LOSSES.FL
         _check(fl.GAMMA >= 0, f"MODEL.LOSSES.FL.GAMMA must be >= 0, got {fl.GAMMA}")
         return cls(fl.ALPHA, fl.GAMMA, fl.SCALE)
 
@@ -154,9 +156,9 @@ class TripletLoss(ReidLoss):
         self.hard_mining = bool(hard_mining)
 
     @classmethod
-    def from_config(cls, losses_cfg) -> "TripletLoss":
+    def from_config(cls, cfg) -> "TripletLoss":
         """Read MODEL.LOSSES.TRI (MARGIN, NORM_FEAT, HARD_MINING, SCALE)."""
-        tri = losses_cfg.TRI
+        tri = cfg.MODEL.LOSSES.TRI
         _check(tri.MARGIN >= 0,
                f"MODEL.LOSSES.TRI.MARGIN must be >= 0 (0 = soft margin), got {tri.MARGIN}")
         return cls(tri.MARGIN, tri.NORM_FEAT, tri.HARD_MINING, tri.SCALE)
@@ -178,9 +180,9 @@ class _PairwiseLoss(ReidLoss):
         self.gamma = float(gamma)
 
     @classmethod
-    def from_config(cls, losses_cfg) -> "_PairwiseLoss":
+    def from_config(cls, cfg) -> "_PairwiseLoss":
         """Read MODEL.LOSSES.<section> (MARGIN, GAMMA, SCALE)."""
-        section = losses_cfg[cls.section]
+        section = cfg.MODEL.LOSSES[cls.section]
         _check(section.GAMMA > 0,
                f"MODEL.LOSSES.{cls.section}.GAMMA must be > 0, got {section.GAMMA}")
         return cls(section.MARGIN, section.GAMMA, section.SCALE)
@@ -237,7 +239,30 @@ class LossSet:
 
 def registered_loss_names():
     """Sorted names accepted in MODEL.LOSSES.NAME."""
-    return sorted(name for name, _ in LOSS_REGISTRY)
+    return LOSS_REGISTRY.names()
+
+
+def check_loss_names(cfg) -> tuple:
+    """Check MODEL.LOSSES.NAME: at least one registered loss, each named once.
+
+    Args:
+        cfg: the full config.
+    Returns:
+        tuple of the loss names.
+    Raises:
+        UnknownChoiceError: an unregistered name (one line: key, choices, closest).
+        ConfigError: no name, or a name given twice.
+    """
+    names = cfg.MODEL.LOSSES.NAME
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if not names:
+        raise ConfigError(f"MODEL.LOSSES.NAME is empty; name at least one of "
+                          f"{', '.join(registered_loss_names())}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"MODEL.LOSSES.NAME lists a loss twice: {list(names)}; name each once")
+    for name in names:
+        LOSS_REGISTRY.get(name)
+    return names
 
 
 def build_losses(cfg) -> LossSet:
@@ -249,17 +274,7 @@ def build_losses(cfg) -> LossSet:
     Returns:
         LossSet: ``loss_fn(outputs, targets) -> dict[str, Tensor]``.
     """
-    losses_cfg = cfg.MODEL.LOSSES
-    names = losses_cfg.NAME
-    names = (names,) if isinstance(names, str) else tuple(names)
-    valid = registered_loss_names()
-    if not names:
-        raise ValueError(f"MODEL.LOSSES.NAME is empty; name at least one of {valid}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"MODEL.LOSSES.NAME lists a loss twice: {list(names)}; name each once")
-    unknown = [name for name in names if name not in LOSS_REGISTRY]
-    if unknown:
-        raise ValueError(f"unknown loss {unknown[0]!r} in MODEL.LOSSES.NAME; registered losses: {valid}")
-    loss_set = LossSet([LOSS_REGISTRY.get(name).from_config(losses_cfg) for name in names])
+    names = check_loss_names(cfg)
+    loss_set = LossSet([LOSS_REGISTRY.build(name, cfg) for name in names])
     logger.info("Losses: %s", loss_set)
     return loss_set

@@ -4,9 +4,11 @@ from typing import Callable, Dict, Mapping, Sequence, Union
 import torch
 from torch import nn
 
-from ..backbones import build_backbone
-from ..heads import build_heads
-from ..losses import build_losses
+from reid_engine.config import ConfigError
+
+from ..backbones.build import BACKBONE_REGISTRY, build_backbone
+from ..heads.build import HEADS_REGISTRY, build_heads
+from ..losses.build import build_losses, check_loss_names
 from .build import META_ARCH_REGISTRY
 
 __all__ = ["Baseline"]
@@ -30,10 +32,10 @@ class Baseline(nn.Module):
                  pixel_std: Sequence[float], loss_fn: LossFn = None):
         super().__init__()
         if len(pixel_mean) != len(pixel_std):
-            raise ValueError(f"MODEL.PIXEL_MEAN has {len(pixel_mean)} values but MODEL.PIXEL_STD "
-                             f"has {len(pixel_std)}; give one per image channel")
+            raise ConfigError(f"MODEL.PIXEL_MEAN has {len(pixel_mean)} values but MODEL.PIXEL_STD "
+                              f"has {len(pixel_std)}; give one per image channel")
         if min(pixel_std) <= 0:
-            raise ValueError(f"MODEL.PIXEL_STD must be positive, got {list(pixel_std)}")
+            raise ConfigError(f"MODEL.PIXEL_STD must be positive, got {list(pixel_std)}")
         self.backbone = backbone
         self.heads = heads
         self.loss_fn = loss_fn
@@ -43,10 +45,19 @@ class Baseline(nn.Module):
         self.register_buffer("pixel_std", torch.tensor(pixel_std, dtype=torch.float32)
                              .view(1, -1, 1, 1), persistent=False)
 
+    @staticmethod
+    def check_config(cfg) -> None:
+        """Check the enumerated values of the backbone, head and losses it builds."""
+        BACKBONE_REGISTRY.check_config(cfg)
+        HEADS_REGISTRY.check_config(cfg)
+        check_loss_names(cfg)
+
     @classmethod
     def from_config(cls, cfg) -> "Baseline":
-        """Build backbone, heads and losses from the config; reads MODEL.PIXEL_MEAN/STD."""
-        return cls(backbone=build_backbone(cfg), heads=build_heads(cfg),
+        """Build backbone, heads (sized by the backbone's `out_channels`) and losses from the
+        config; reads MODEL.PIXEL_MEAN/STD."""
+        backbone = build_backbone(cfg)
+        return cls(backbone=backbone, heads=build_heads(cfg, backbone.out_channels),
                    pixel_mean=list(cfg.MODEL.PIXEL_MEAN), pixel_std=list(cfg.MODEL.PIXEL_STD),
                    loss_fn=build_losses(cfg))
 

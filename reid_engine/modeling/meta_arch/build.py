@@ -8,16 +8,28 @@ from reid_engine.utils.registry import Registry
 
 from .summary import log_model_summary
 
-__all__ = ["META_ARCH_REGISTRY", "build_model"]
+__all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config"]
 
 logger = logging.getLogger(__name__)
 
-META_ARCH_REGISTRY = Registry("META_ARCH")
+META_ARCH_REGISTRY = Registry("META_ARCH", key="MODEL.META_ARCHITECTURE")
 META_ARCH_REGISTRY.__doc__ = """
-Meta architectures by MODEL.META_ARCHITECTURE: nn.Module classes with a classmethod
-from_config(cfg). forward(batch dict) returns a dict of named losses in training mode
+Meta architectures by MODEL.META_ARCHITECTURE (build contract: utils.registry): nn.Module
+classes with a classmethod from_config(cfg) and optionally check_config(cfg), which checks
+the keys of the parts the architecture builds. forward(batch dict) returns a dict of named losses in training mode
 and features (B, D) in eval mode.
 """
+
+
+def check_model_config(cfg) -> None:
+    """Check every enumerated MODEL value (architecture, backbone, head, losses), building nothing.
+
+    Args:
+        cfg: the config tree.
+    Raises:
+        UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
+    """
+    META_ARCH_REGISTRY.check_config(cfg)
 
 
 def build_model(cfg) -> nn.Module:
@@ -30,11 +42,9 @@ def build_model(cfg) -> nn.Module:
         the model, in training mode, on the resolved device.
     """
     name = cfg.MODEL.META_ARCHITECTURE
-    if name not in META_ARCH_REGISTRY:
-        raise KeyError(f"MODEL.META_ARCHITECTURE {name!r} is unknown; choose one of "
-                       f"{', '.join(sorted(k for k, _ in META_ARCH_REGISTRY))}")
+    META_ARCH_REGISTRY.get(name)  # an unknown name fails before the device check
     device = resolve_device(cfg.MODEL.DEVICE)
-    model = META_ARCH_REGISTRY.get(name).from_config(cfg)
+    model = META_ARCH_REGISTRY.build(name, cfg)
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))

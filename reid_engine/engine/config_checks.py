@@ -1,0 +1,34 @@
+"""``check_config_values``: every enumerated config value checked before a run writes or loads anything.
+
+Each layer owns the check of its keys (the same lookups its builders use); this module
+only runs them together, so a wrong name fails in milliseconds with one line naming
+the key, the accepted values and the closest match, and leaves OUTPUT_DIR untouched.
+"""
+from ..config import CfgNode
+from ..data.build import check_data_config
+from ..evaluation.distance import check_metric
+from ..modeling.meta_arch.build import check_model_config
+from ..solver.lr_scheduler import check_lr_scheduler_config
+from ..solver.optimizer import check_optimizer_config
+
+__all__ = ["check_config_values"]
+
+
+def check_config_values(cfg: CfgNode) -> None:
+    """Check the enumerated values of the data, model, solver and test sections.
+
+    Covers DATASETS.NAMES / TESTS, DATALOADER.SAMPLER_TRAIN, MODEL.META_ARCHITECTURE and
+    what the architecture builds (backbone name, depth and norm, head name, pooling,
+    classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
+    SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD and TEST.METRIC.
+
+    Args:
+        cfg: the full config.
+    Raises:
+        UnknownChoiceError / ConfigError: the first wrong value, as one line.
+    """
+    check_data_config(cfg)
+    check_model_config(cfg)
+    check_optimizer_config(cfg)
+    check_lr_scheduler_config(cfg)
+    check_metric(cfg.TEST.METRIC)

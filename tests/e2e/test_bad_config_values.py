@@ -1,0 +1,60 @@
+"""A wrong value for an enumerated config key: one `error:` line, no traceback, OUTPUT_DIR untouched.
+
+Runs the real command line; the values are checked before the run sets up its output
+folder or reads any data, so each case takes about one interpreter start.
+"""
+import os
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.e2e.test_train_net import snapshot
+
+CFG = os.path.join(os.path.dirname(__file__), "configs", "tiny_R18.yml")
+
+# key, wrong value, what the error line must show besides the key
+CASES = [
+    ("SOLVER.SCHED", "Foo", "choose one of MultiStepLR, CosineAnnealingLR"),
+    ("MODEL.BACKBONE.DEPTH", "7x", "choose one of 18x, 34x, 50x, 101x, 152x"),
+    ("DATASETS.NAMES", "('Market15',)", "did you mean Market1501?"),
+    ("DATASETS.TESTS", "('SyntheticReIDTin',)", "did you mean SyntheticReIDTiny?"),
+    ("MODEL.LOSSES.NAME", "('CrossEntropy', 'TripletLoss')", "did you mean CrossEntropyLoss?"),
+    ("SOLVER.OPT", "Adamm", "did you mean Adam?"),
+    ("MODEL.HEADS.POOL_LAYER", "GeM", "choose one of AdaptiveAvgMaxPool"),
+    ("DATALOADER.SAMPLER_TRAIN", "Naive", "did you mean NaiveIdentitySampler?"),
+    ("MODEL.META_ARCHITECTURE", "MGN", "choose one of Baseline"),
+    ("MODEL.BACKBONE.NAME", "resnet", "did you mean build_resnet_backbone?"),
+]
+
+_EARLIER_FILES = {
+    "config.yaml": b"# the config of an earlier run\nSEED: 1\n",
+    "log.txt": b"an earlier run's log\n",
+    "notes.txt": b"kept\n",
+}
+
+
+def _folder_state(folder):
+    """({name: bytes}, {name: mtime_ns}) of every file directly in folder."""
+    return snapshot(folder), {name: os.stat(os.path.join(folder, name)).st_mtime_ns
+                              for name in os.listdir(folder)}
+
+
+@pytest.mark.parametrize("key, value, shows", CASES, ids=[case[0] for case in CASES])
+def test_wrong_value_is_one_error_line_and_keeps_output_dir(tmp_path, key, value, shows):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in _EARLIER_FILES.items():
+        (out / name).write_bytes(data)
+    before = _folder_state(out)
+
+    proc = run_cli(["--config-file", CFG, "DATASETS.ROOT", str(tmp_path / "no_data"),
+                    "OUTPUT_DIR", str(out), key, value], timeout=120)
+
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    error_lines = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(error_lines) == 1, proc.stderr[-3000:]
+    line = error_lines[0]
+    assert key in line and shows in line, line
+    assert _folder_state(out) == before, "OUTPUT_DIR was changed"
+    assert not (tmp_path / "no_data").exists()  # no data was looked at or generated
