@@ -15,7 +15,7 @@ def _value(cfg, key: str):
 
 
 def inert_keys_set(cfg) -> List[str]:
-    """Return the keys of INERT_KEYS whose value differs from the default.
+    """Return the keys of INERT_KEYS whose value differs from the default (INERT_KEYS order).
 
     Args:
         cfg: a full config tree.
@@ -36,8 +36,6 @@ def warn_inert_keys(cfg, logger: logging.Logger) -> List[str]:
     """
     keys = inert_keys_set(cfg)
     if keys:
-        logger.warning(
-            "%s %s no effect yet: %s only so that fast-reid config files load (see INERT_KEYS in "
-            "reid_engine/config/defaults.py)", ", ".join(keys), "has" if len(keys) == 1 else "have",
-            "it exists" if len(keys) == 1 else "they exist")
+        named = "; ".join(f"{key} ({INERT_KEYS[key]})" for key in keys)
+        logger.warning("no effect, kept only so that fast-reid config files load: %s", named)
     return keys

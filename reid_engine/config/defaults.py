@@ -27,7 +27,6 @@ _C.MODEL.BACKBONE = CN()
 _C.MODEL.BACKBONE.NAME = "build_resnet_backbone"
 _C.MODEL.BACKBONE.DEPTH = "50x"  # 18x 34x 50x 101x 152x
 _C.MODEL.BACKBONE.LAST_STRIDE = 1
-_C.MODEL.BACKBONE.FEAT_DIM = 2048
 _C.MODEL.BACKBONE.NORM = "BN"  # BN, syncBN, GN, FrozenBN
 _C.MODEL.BACKBONE.WITH_IBN = False
 _C.MODEL.BACKBONE.WITH_SE = False
@@ -257,10 +256,12 @@ _C.OUTPUT_DIR = "output"
 
 # ---------------------------------------------------------------------------- #
 # fast-reid compatibility: keys that exist only so that fast-reid config files load.
-# No code reads them yet; a value other than the default logs one warning naming the
-# keys (config.compat.warn_inert_keys). The change that implements a key moves it up
+# No code reads them; a value other than the default logs one warning naming the keys
+# and why (config.compat.warn_inert_keys). The change that implements a key moves it up
 # into its group and out of INERT_KEYS.
 # ---------------------------------------------------------------------------- #
+# Channels of the backbone output in fast-reid; here the backbone reports them itself.
+_C.MODEL.BACKBONE.FEAT_DIM = 2048
 _C.MODEL.QUEUE_SIZE = 8192  # MoCo: size of the feature memory queue
 # Vision transformer (TransReID) backbone options.
 _C.MODEL.BACKBONE.SIE_COE = 3.0
@@ -276,15 +277,17 @@ _C.KD.EMA = CN()
 _C.KD.EMA.ENABLED = False
 _C.KD.EMA.MOMENTUM = 0.999
 
-INERT_KEYS = (
-    "MODEL.QUEUE_SIZE",
-    "MODEL.BACKBONE.SIE_COE",
-    "MODEL.BACKBONE.STRIDE_SIZE",
-    "MODEL.BACKBONE.DROP_PATH_RATIO",
-    "MODEL.BACKBONE.DROP_RATIO",
-    "MODEL.BACKBONE.ATT_DROP_RATE",
-    "KD.MODEL_CONFIG",
-    "KD.MODEL_WEIGHTS",
-    "KD.EMA.ENABLED",
-    "KD.EMA.MOMENTUM",
-)
+# key -> why it has no effect
+INERT_KEYS = {
+    "MODEL.BACKBONE.FEAT_DIM": "the head takes its input width from the backbone's out_channels",
+    "MODEL.QUEUE_SIZE": "the MoCo meta architecture is not built yet",
+    "MODEL.BACKBONE.SIE_COE": "vision-transformer backbones are not built yet",
+    "MODEL.BACKBONE.STRIDE_SIZE": "vision-transformer backbones are not built yet",
+    "MODEL.BACKBONE.DROP_PATH_RATIO": "vision-transformer backbones are not built yet",
+    "MODEL.BACKBONE.DROP_RATIO": "vision-transformer backbones are not built yet",
+    "MODEL.BACKBONE.ATT_DROP_RATE": "vision-transformer backbones are not built yet",
+    "KD.MODEL_CONFIG": "the Distiller meta architecture is not built yet",
+    "KD.MODEL_WEIGHTS": "the Distiller meta architecture is not built yet",
+    "KD.EMA.ENABLED": "the Distiller meta architecture is not built yet",
+    "KD.EMA.MOMENTUM": "the Distiller meta architecture is not built yet",
+}

@@ -8,7 +8,6 @@ def tiny_opts(data_root: str, weights: str = ""):
     return [
         "MODEL.DEVICE", "cpu",
         "MODEL.BACKBONE.DEPTH", "18x",
-        "MODEL.BACKBONE.FEAT_DIM", 512,
         "MODEL.BACKBONE.PRETRAIN", False,
         "INPUT.SIZE_TEST", [64, 32],
         "DATASETS.ROOT", data_root,

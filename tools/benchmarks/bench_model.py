@@ -34,7 +34,6 @@ def bot_config(depth: str, height: int, width: int, device: str, num_classes: in
     cfg = get_cfg()
     cfg.MODEL.DEVICE = device
     cfg.MODEL.BACKBONE.DEPTH = depth
-    cfg.MODEL.BACKBONE.FEAT_DIM = 512 if depth in ("18x", "34x") else 2048
     cfg.MODEL.HEADS.WITH_BNNECK = True
     cfg.MODEL.HEADS.NUM_CLASSES = num_classes
     cfg.MODEL.LOSSES.NAME = ("CrossEntropyLoss", "TripletLoss")
