@@ -13,6 +13,7 @@ import argparse
 from typing import List, Optional
 
 from ..config import CfgNode, ConfigError
+from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import launch
 from ..inference import inference_config
@@ -74,6 +75,7 @@ def train_worker(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> None:
     """Check the config here (fail fast, before any worker starts), then launch the workers."""
     cfg = build_config(args)
+    check_config_values(cfg)  # one line from this process, not one per worker
     device = resolve_device(cfg.MODEL.DEVICE)
     launch(train_worker, args.num_gpus, args=(args,), **launch_options(args, device.type))
 
