@@ -1,4 +1,5 @@
 """SOLVER.CHECKPOINT_MAX_TO_KEEP reaches the PeriodicCheckpointer that DefaultTrainer builds."""
+import logging
 import os
 
 import pytest
@@ -10,6 +11,19 @@ from reid_engine.utils.checkpoint import CheckpointScheduleError
 from reid_engine.utils.errors import ReidUserError
 
 CFG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml")
+
+
+@pytest.fixture(autouse=True)
+def keep_logger_as_it_was():
+    """DefaultTrainer runs setup_logger (which stops propagation, so later caplog tests
+    see nothing) when INFO is off; turn INFO on and restore the logger afterwards."""
+    log = logging.getLogger("reid_engine")
+    level, propagate, handlers = log.level, log.propagate, list(log.handlers)
+    log.setLevel(logging.INFO)
+    yield
+    log.setLevel(level)
+    log.propagate = propagate
+    log.handlers[:] = handlers
 
 
 def _trainer(data_root, out, *opts):
