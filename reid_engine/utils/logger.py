@@ -1,4 +1,4 @@
-"""Logging setup (coloured console on the main process, a log file per process) and
+"""Logging setup (colored console on the main process, a log file per process) and
 rate-limited logging helpers."""
 
 import atexit
@@ -65,7 +65,7 @@ def _highlight(code: str, language: str) -> str:
 
 
 def _console_supports_color() -> bool:
-    """Colour a terminal only; NO_COLOR / FORCE_COLOR (https://no-color.org) override."""
+    """Color a terminal only; NO_COLOR / FORCE_COLOR (https://no-color.org) override."""
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):
@@ -111,7 +111,7 @@ def setup_logger(
     """Configure logger ``name`` (by default the package root, so every
     ``reid_engine.*`` module logger is covered).
 
-    Rank 0 logs to stdout (coloured when ``color`` and stdout is a terminal, or
+    Rank 0 logs to stdout (colored when ``color`` and stdout is a terminal, or
     FORCE_COLOR is set); every rank logs to a file.
     Calling it again replaces the handlers it installed before (never duplicates them).
 
@@ -119,7 +119,7 @@ def setup_logger(
         output: a directory (logs go to ``output/log.txt``) or a ``.txt``/``.log`` file
             path; None for no file. Ranks N > 0 write ``<file>.rankN``.
         distributed_rank: this process's global rank.
-        color: colour the console output (terminals only; warnings/errors highlighted).
+        color: color the console output (terminals only; warnings/errors highlighted).
         name: the logger to configure.
         abbrev_name: shown instead of ``name`` in console records of sub-loggers
             (defaults to ``name``).

@@ -63,7 +63,7 @@ def test_explicit_file_path_and_idempotent(tmp_path, fresh_logger):
 
 
 def test_colored_console_highlights_warnings(fresh_logger, capsys, monkeypatch):
-    monkeypatch.setenv("FORCE_COLOR", "1")  # termcolor colours only terminals otherwise
+    monkeypatch.setenv("FORCE_COLOR", "1")  # termcolor colors only terminals otherwise
     monkeypatch.delenv("NO_COLOR", raising=False)
     name = fresh_logger("test_logger_color")
     setup_logger(None, name=name, color=True, abbrev_name="tl")

@@ -36,7 +36,7 @@ TARGET_PER_WORKER = 1000.0
 
 
 def _pedestrian_like(rng: np.random.Generator, width: int) -> Image.Image:
-    """A 128 x width crop with a background, a body of two colour blocks, blur and noise."""
+    """A 128 x width crop with a background, a body of two color blocks, blur and noise."""
     img = Image.new("RGB", (width, 128), tuple(int(v) for v in rng.integers(40, 200, 3)))
     draw = ImageDraw.Draw(img)
     cx = width // 2 + int(rng.integers(-6, 7))

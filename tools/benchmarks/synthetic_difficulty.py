@@ -1,10 +1,10 @@
-"""How hard is SyntheticReID? Retrieval accuracy of colour-histogram baselines.
+"""How hard is SyntheticReID? Retrieval accuracy of color-histogram baselines.
 
-A trained model must reach 80% mAP on SyntheticReID; a colour histogram must stay far
-below, or the benchmark would only test colour matching. Prints mAP / Rank-1 of a global
+A trained model must reach 80% mAP on SyntheticReID; a color histogram must stay far
+below, or the benchmark would only test color matching. Prints mAP / Rank-1 of a global
 8x8x8 RGB histogram and of per-stripe histograms (6 horizontal stripes), cosine distance,
 on the image files and on an ideal re-rendering of the person pixels alone (no background,
-colour cast, blur, noise or occlusion), which isolates the effect of shared clothing colours.
+color cast, blur, noise or occlusion), which isolates the effect of shared clothing colors.
 
     python tools/benchmarks/synthetic_difficulty.py --root /tmp/reid_data
 """
@@ -24,7 +24,7 @@ from reid_engine.data.synthetic import read_marker, render_image
 logger = logging.getLogger("synthetic_difficulty")
 
 
-def colour_histogram(img: np.ndarray, bins: int, stripes: int, keep=None) -> np.ndarray:
+def color_histogram(img: np.ndarray, bins: int, stripes: int, keep=None) -> np.ndarray:
     """L2-normalised RGB histogram (``bins`` per channel) per horizontal stripe of an HxWx3 image.
 
     ``keep`` (HxW bool) restricts the count to those pixels.
@@ -39,10 +39,10 @@ def colour_histogram(img: np.ndarray, bins: int, stripes: int, keep=None) -> np.
 
 
 def file_histograms(paths, bins: int, stripes: int) -> np.ndarray:
-    """Histograms of the image files (background, colour cast and all)."""
+    """Histograms of the image files (background, color cast and all)."""
     feats = []
     for n, path in enumerate(paths, 1):
-        feats.append(colour_histogram(np.asarray(Image.open(path).convert("RGB")), bins, stripes))
+        feats.append(color_histogram(np.asarray(Image.open(path).convert("RGB")), bins, stripes))
         if n % 2000 == 0:
             logger.info("  %d / %d images", n, len(paths))
     return np.stack(feats)
@@ -52,8 +52,8 @@ def ideal_person_histograms(dataset_dir: str, paths, bins: int, stripes: int) ->
     """Histograms of the *person pixels only*, re-rendered without camera effects.
 
     Each image is drawn again with the same pose and view but a flat green background, no
-    colour cast, haze, blur, noise or occlusion; only non-background pixels are counted.
-    This is the best a colour histogram could do, so it measures colour sharing alone.
+    color cast, haze, blur, noise or occlusion; only non-background pixels are counted.
+    This is the best a color histogram could do, so it measures color sharing alone.
     """
     marker = read_marker(dataset_dir)
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in marker["spec"].items()}
@@ -70,7 +70,7 @@ def ideal_person_histograms(dataset_dir: str, paths, bins: int, stripes: int) ->
         img = np.asarray(render_image(world.identities[item.identity], neutral, rng, 0.0, 0.0,
                                       0.0)).astype(np.int64)
         person = np.abs(img - np.array(key)).sum(-1) > 60
-        feats.append(colour_histogram(img, bins, stripes, keep=person))
+        feats.append(color_histogram(img, bins, stripes, keep=person))
     return np.stack(feats)
 
 

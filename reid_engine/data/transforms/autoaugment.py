@@ -134,7 +134,7 @@ IMAGENET_POLICY: Tuple[Tuple[Tuple[str, float, int], ...], ...] = (
     (("Equalize", 0.8, 0), ("Equalize", 0.6, 0)),
 )
 
-# AugMix's op set leaves out the ops that overlap common corruptions (colour, contrast, ...).
+# AugMix's op set leaves out the ops that overlap common corruptions (color, contrast, ...).
 AUGMIX_OPS = ("AutoContrast", "Equalize", "Posterize", "Rotate", "Solarize", "ShearX", "ShearY",
               "TranslateX", "TranslateY")
 

@@ -55,7 +55,7 @@ def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
     """Build the training or test image pipeline from ``cfg.INPUT``.
 
     Training: [AutoAugment] -> resize (bicubic) -> [random resized crop] -> [pad + random crop]
-    -> [flip] -> [colour jitter] -> [affine] -> [AugMix] -> uint8 tensor -> [random erasing];
+    -> [flip] -> [color jitter] -> [affine] -> [AugMix] -> uint8 tensor -> [random erasing];
     random patch, when enabled, is a batch op. Test: resize -> [centre crop to CROP.SIZE].
 
     Args:

@@ -1,4 +1,4 @@
-"""Colour ops: colour jitter (brightness, contrast, saturation, hue in random order)."""
+"""Color ops: color jitter (brightness, contrast, saturation, hue in random order)."""
 
 from typing import List, Tuple
 

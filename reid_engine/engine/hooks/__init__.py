@@ -1,0 +1,24 @@
+"""The standard training hooks: timing, writers, checkpoints, LR scheduling, evaluation,
+precise BN, layer freezing, profiling and memory statistics (one module per concern)."""
+from ..train_loop import HookBase
+from .basic import CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
+from .checkpointing import BestCheckpointer, PeriodicCheckpointer
+from .evaluation import EvalHook, flatten_results_dict
+from .model_state import LayerFreeze, PreciseBN
+from .profiling import TorchMemoryStats, TorchProfiler
+
+__all__ = [
+    "HookBase",
+    "CallbackHook",
+    "IterationTimer",
+    "PeriodicWriter",
+    "PeriodicCheckpointer",
+    "BestCheckpointer",
+    "LRScheduler",
+    "EvalHook",
+    "PreciseBN",
+    "LayerFreeze",
+    "TorchProfiler",
+    "TorchMemoryStats",
+    "flatten_results_dict",
+]

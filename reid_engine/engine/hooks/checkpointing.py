@@ -1,0 +1,108 @@
+"""Checkpoint hooks: periodic checkpoints and the best-metric checkpoint."""
+import logging
+import math
+import os
+from typing import Optional
+
+from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
+from ..train_loop import HookBase
+
+logger = logging.getLogger(__name__)
+
+
+class PeriodicCheckpointer(_PeriodicCheckpointerBase, HookBase):
+    """Save ``model_{iter:07d}.pth`` when ``(iter + 1) % period == 0`` and
+    ``model_final.pth`` at the last iteration (see utils.checkpoint.PeriodicCheckpointer
+    for keep-last-N). ``max_iter`` comes from the trainer."""
+
+    def before_train(self):
+        self.max_iter = self.trainer.max_iter
+
+    def after_step(self):
+        self.step(self.trainer.iter)
+
+
+def _is_finite_number(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+class BestCheckpointer(HookBase):
+    """After each evaluation, save ``{file_prefix}.pth`` when the watched metric beats
+    the best so far (NaN/inf never count). Register it after the EvalHook; the best
+    value and its iteration are part of the trainer state, so they survive a resume.
+    ``last_checkpoint`` keeps naming the newest periodic/final checkpoint when one exists."""
+
+    def __init__(self, eval_period: int, checkpointer, val_metric: str, mode: str = "max",
+                 file_prefix: str = "model_best"):
+        """
+        Args:
+            eval_period: the EvalHook's period (0: only after training).
+            checkpointer: a Checkpointer (``save(name, **extra)``, ``has_checkpoint()``,
+                ``get_checkpoint_file()``, ``tag_last_checkpoint(basename)``).
+            val_metric: the storage scalar name, e.g. ``"Market1501/metric"``.
+            mode: "max" or "min": which direction is better.
+            file_prefix: name of the checkpoint file (without ``.pth``).
+        """
+        if mode not in ("max", "min"):
+            raise ValueError(f"BestCheckpointer mode must be 'max' or 'min', got {mode!r}")
+        self._period = eval_period
+        self._checkpointer = checkpointer
+        self._val_metric = val_metric
+        self._mode = mode
+        self._file_prefix = file_prefix
+        self.best_metric: Optional[float] = None
+        self.best_iter: Optional[int] = None
+
+    def _improves(self, value: float) -> bool:
+        if not _is_finite_number(value):
+            return False
+        if self.best_metric is None:
+            return True
+        return value > self.best_metric if self._mode == "max" else value < self.best_metric
+
+    def _best_checking(self) -> None:
+        storage = self.trainer.storage
+        entry = storage.latest().get(self._val_metric)
+        if entry is None or entry[1] != storage.iter:
+            logger.warning(f"BestCheckpointer: metric '{self._val_metric}' was not written at iteration "
+                           f"{storage.iter}; is the EvalHook registered before it and the name right?")
+            return
+        value, itr = entry
+        if self._improves(value):
+            previous = self.best_metric
+            self.best_metric, self.best_iter = float(value), int(itr)
+            self._save_best(int(itr))
+            logger.info(f"Saved {self._file_prefix}.pth at iteration {itr}: {self._val_metric} = {value:.5g} "
+                        f"(previous best: {'none' if previous is None else f'{previous:.5g}'})")
+        else:
+            reason = "not a finite number" if not _is_finite_number(value) else "no improvement"
+            logger.info(f"Not saving {self._file_prefix}.pth: {self._val_metric} = {value} at iteration {itr} "
+                        f"({reason}; best {self.best_metric} at iteration {self.best_iter})")
+
+    def _save_best(self, iteration: int) -> None:
+        # model_best is a side file: last_checkpoint keeps naming the periodic/final
+        # checkpoint a resume should use (when there is one).
+        previous = self._checkpointer.get_checkpoint_file() if self._checkpointer.has_checkpoint() else ""
+        self._checkpointer.save(self._file_prefix, iteration=iteration)
+        if previous and os.path.basename(previous) != f"{self._file_prefix}.pth":
+            self._checkpointer.tag_last_checkpoint(os.path.basename(previous))
+
+    def after_step(self):
+        next_iter = self.trainer.iter + 1
+        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+            self._best_checking()
+
+    def after_train(self):
+        if self.trainer.iter + 1 >= self.trainer.max_iter:
+            self._best_checking()
+
+    def state_dict(self) -> dict:
+        """The best value and its iteration (empty until a first value is recorded)."""
+        if self.best_metric is None:
+            return {}
+        return {"best_metric": self.best_metric, "best_iter": self.best_iter}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the best value and its iteration."""
+        self.best_metric = float(state_dict["best_metric"])
+        self.best_iter = int(state_dict["best_iter"])
