@@ -4,7 +4,7 @@ import os
 from typing import List, Optional
 
 from .bases import DatasetFormatError, ImageDataset, Item
-from .paths import find_dataset_dir, require_dir, require_file, require_listed_files
+from .paths import find_dataset_dir, read_name_id_list, require_dir, require_file, require_listed_files
 from .registry import DATASET_REGISTRY
 
 # Image folders (train, test) per version; V2 releases may ship masked folders instead.
@@ -48,18 +48,8 @@ def read_msmt_list(list_path: str, image_dir: str) -> List[Item]:
         DatasetFormatError: a malformed line (with its number).
         DatasetNotFoundError: a listed image is missing (the wrong image folder).
     """
-    items = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2 or not parts[1].lstrip("-").isdigit():
-                raise DatasetFormatError(
-                    f"MSMT17: line {lineno} of '{list_path}' is '{line.strip()}', expected "
-                    f"'relative/path.jpg pid'")
-            path = os.path.join(image_dir, parts[0])
-            items.append((path, int(parts[1]), camid_from_msmt_name(parts[0])))
+    items = [(os.path.join(image_dir, name), pid, camid_from_msmt_name(name))
+             for name, pid in read_name_id_list(list_path, "MSMT17", "relative/path.jpg pid", allow_negative=True)]
     require_listed_files([p for p, _, _ in items], list_path, "MSMT17", _LAYOUT)
     return items
 

@@ -1,9 +1,10 @@
 """Locating datasets on disk: the data root, dataset folders and image files."""
 
 import os
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 from ...utils.errors import ReidUserError
+from .bases import DatasetFormatError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 
@@ -52,24 +53,51 @@ def find_dataset_dir(root: str, dataset: str, candidates: Sequence[str], layout:
     )
 
 
-def require_dir(path: str, dataset: str, layout: str) -> str:
-    """Return ``path`` if it is a folder, else raise a one-line :class:`DatasetNotFoundError`."""
-    if not os.path.isdir(path):
+def _require(path: str, exists, kind: str, dataset: str, layout: str) -> str:
+    if not exists(path):
         raise DatasetNotFoundError(
-            f"{dataset}: missing folder '{path}' (the dataset folder must contain {layout}); "
+            f"{dataset}: missing {kind} '{path}' (the dataset folder must contain {layout}); "
             f"{_root_hint()}"
         )
     return path
+
+
+def require_dir(path: str, dataset: str, layout: str) -> str:
+    """Return ``path`` if it is a folder, else raise a one-line :class:`DatasetNotFoundError`."""
+    return _require(path, os.path.isdir, "folder", dataset, layout)
 
 
 def require_file(path: str, dataset: str, layout: str) -> str:
     """Return ``path`` if it is a file, else raise a one-line :class:`DatasetNotFoundError`."""
-    if not os.path.isfile(path):
-        raise DatasetNotFoundError(
-            f"{dataset}: missing file '{path}' (the dataset folder must contain {layout}); "
-            f"{_root_hint()}"
-        )
-    return path
+    return _require(path, os.path.isfile, "file", dataset, layout)
+
+
+def read_name_id_list(list_path: str, dataset: str, line_format: str,
+                      allow_negative: bool = False) -> List[Tuple[str, int]]:
+    """Read a list file of ``<name> <integer id>`` lines (blank lines skipped).
+
+    Args:
+        list_path: the list file.
+        dataset: dataset name for the error message.
+        line_format: how a line should look, for the error message (e.g. "imagename vid").
+        allow_negative: accept negative ids.
+    Returns:
+        ``(name, id)`` pairs in file order.
+    Raises:
+        DatasetFormatError: a malformed line, with its number and the expected format.
+    """
+    pairs = []
+    with open(list_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts:
+                continue
+            number = parts[1].lstrip("-") if allow_negative and len(parts) == 2 else (parts + [""])[1]
+            if len(parts) != 2 or not number.isdigit():
+                raise DatasetFormatError(
+                    f"{dataset}: line {lineno} of '{list_path}' is '{line.strip()}', expected '{line_format}'")
+            pairs.append((parts[0], int(parts[1])))
+    return pairs
 
 
 def list_images(folder: str) -> List[str]:

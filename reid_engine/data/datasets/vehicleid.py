@@ -5,8 +5,8 @@ import random
 from collections import defaultdict
 from typing import Dict, List, Tuple
 
-from .bases import DatasetFormatError, ImageDataset, Item
-from .paths import find_dataset_dir, require_dir, require_file, require_listed_files
+from .bases import ImageDataset, Item
+from .paths import find_dataset_dir, read_name_id_list, require_dir, require_file, require_listed_files
 from .registry import DATASET_REGISTRY
 
 _LAYOUT = ("image/*.jpg and train_test_split/ with train_list.txt and "
@@ -17,17 +17,8 @@ GALLERY_SEED = 0  # the fixed seed of the one-gallery-image-per-vehicle draw
 
 def read_vehicleid_list(list_path: str, image_dir: str) -> List[Tuple[str, int]]:
     """Read ``imagename vid`` lines into ``(image_path, vid)`` pairs (``.jpg`` appended)."""
-    pairs = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise DatasetFormatError(
-                    f"VehicleID: line {lineno} of '{list_path}' is '{line.strip()}', expected "
-                    f"'imagename vid'")
-            pairs.append((os.path.join(image_dir, parts[0] + ".jpg"), int(parts[1])))
+    pairs = [(os.path.join(image_dir, name + ".jpg"), vid)
+             for name, vid in read_name_id_list(list_path, "VehicleID", "imagename vid")]
     require_listed_files([p for p, _ in pairs], list_path, "VehicleID", _LAYOUT)
     return pairs
 
