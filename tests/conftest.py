@@ -1,4 +1,6 @@
 """Shared fixtures: a session-wide data root with the tiny synthetic benchmark."""
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -31,3 +33,32 @@ def run_cli(args, cwd=None, timeout=240, env=None):
     full_env.update(env or {})
     cmd = [sys.executable, os.path.join(REPO_ROOT, "tools", "train_net.py")] + list(args)
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def _loggers_restored(names=("reid_engine", "fvcore")):
+    """Put the package loggers back as they were. Run set-up (setup_logger, commands run
+    in-process, DefaultTrainer) stops their propagation and binds console handlers to the
+    captured stdout of the moment; without this, later tests' caplog would see nothing."""
+    saved = {n: (logging.getLogger(n).handlers[:], logging.getLogger(n).propagate, logging.getLogger(n).level)
+             for n in names}
+    try:
+        yield
+    finally:
+        for name, (handlers, propagate, level) in saved.items():
+            logger = logging.getLogger(name)
+            logger.handlers[:] = handlers
+            logger.propagate, logger.level = propagate, level
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _restore_loggers_after_module():
+    """Covers module-scoped fixtures that set up logging."""
+    with _loggers_restored():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _restore_loggers_after_test():
+    with _loggers_restored():
+        yield

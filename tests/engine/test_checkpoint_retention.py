@@ -14,16 +14,9 @@ CFG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.
 
 
 @pytest.fixture(autouse=True)
-def keep_logger_as_it_was():
-    """DefaultTrainer runs setup_logger (which stops propagation, so later caplog tests
-    see nothing) when INFO is off; turn INFO on and restore the logger afterwards."""
-    log = logging.getLogger("reid_engine")
-    level, propagate, handlers = log.level, log.propagate, list(log.handlers)
-    log.setLevel(logging.INFO)
-    yield
-    log.setLevel(level)
-    log.propagate = propagate
-    log.handlers[:] = handlers
+def info_logging():
+    """DefaultTrainer runs setup_logger when INFO is off; tests/conftest.py restores the logger."""
+    logging.getLogger("reid_engine").setLevel(logging.INFO)
 
 
 def _trainer(data_root, out, *opts):
