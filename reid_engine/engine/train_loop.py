@@ -1,5 +1,10 @@
 """The iteration-based training loop: hooks, the generic trainer and the standard
-single-optimizer trainers (plain and mixed precision)."""
+single-optimizer trainers (plain and mixed precision).
+
+Why one module of a little over 400 lines: HookBase, TrainerBase, SimpleTrainer and
+AMPTrainer are one contract (the order of hook calls, what a step does, what the state
+dict holds for exact resume); read together they are easier to check than split.
+"""
 
 import contextlib
 import logging

@@ -3,7 +3,8 @@
 Code running inside a training loop records scalars, images and histograms into the
 current :class:`EventStorage` (found with :func:`get_event_storage`); writers
 (:class:`CommonMetricPrinter`, :class:`JSONWriter`, :class:`TensorboardXWriter`) read it
-periodically and publish what is new.
+periodically and publish what is new. (About 400 lines: the storage and its three
+writers share one record format, so they are kept side by side.)
 """
 
 import datetime
