@@ -222,19 +222,22 @@ def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: 
 def check_data_config(cfg) -> None:
     """Check the enumerated data values (dataset names, sampler) without reading any data.
 
-    Reads DATASETS.NAMES, DATASETS.TESTS and DATALOADER.SAMPLER_TRAIN.
+    Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN and INPUT.* (through the
+    transform builder).
 
     Args:
         cfg: the config.
     Raises:
         UnknownChoiceError: a name that is not registered (one line: key, choices, closest).
-        ConfigError: a ``:value`` for a dataset that takes none.
+        ConfigError: a ``:value`` for a dataset that takes none, or a wrong INPUT value.
     """
     for key in ("DATASETS.NAMES", "DATASETS.TESTS"):
         section, field = key.split(".")
         for name in cfg[section][field]:
             dataset_class(name, key)
     SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
+    for is_train in (True, False):  # building the pipelines only checks INPUT.* (cheap)
+        build_transforms(cfg, is_train=is_train)
 
 
 def build_reid_train_loader(cfg) -> TrainLoader:

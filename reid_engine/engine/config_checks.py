@@ -10,6 +10,7 @@ from ..evaluation.distance import check_metric
 from ..modeling.meta_arch.build import check_model_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
+from ..utils.checkpoint import CheckpointScheduleError
 
 __all__ = ["check_config_values"]
 
@@ -20,7 +21,8 @@ def check_config_values(cfg: CfgNode) -> None:
     Covers DATASETS.NAMES / TESTS, DATALOADER.SAMPLER_TRAIN, MODEL.META_ARCHITECTURE and
     what the architecture builds (backbone name, depth and norm, head name, pooling,
     classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
-    SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD and TEST.METRIC.
+    SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD, TEST.METRIC and
+    SOLVER.CHECKPOINT_MAX_TO_KEEP; INPUT.* through the transform builder.
 
     Args:
         cfg: the full config.
@@ -32,3 +34,12 @@ def check_config_values(cfg: CfgNode) -> None:
     check_optimizer_config(cfg)
     check_lr_scheduler_config(cfg)
     check_metric(cfg.TEST.METRIC)
+    _check_checkpoint_config(cfg)
+
+
+def _check_checkpoint_config(cfg: CfgNode) -> None:
+    keep = cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP
+    if not isinstance(keep, int) or keep < 0:
+        raise CheckpointScheduleError(
+            f"SOLVER.CHECKPOINT_MAX_TO_KEEP must be >= 0, got {keep}: 0 keeps every periodic checkpoint, "
+            "N keeps the newest N")

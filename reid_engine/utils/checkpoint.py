@@ -26,7 +26,7 @@ from fvcore.common.checkpoint import Checkpointer as _FvCheckpointer
 from fvcore.common.checkpoint import PeriodicCheckpointer as _FvPeriodicCheckpointer
 
 from . import comm
-from .errors import ReidUserError
+from .errors import USAGE_EXIT_CODE, ReidUserError
 from .file_io import AtomicWritePathManager, remove_stale_temp_files
 from .safe_load import (
     UNSAFE_LOAD_ENV,
@@ -269,7 +269,9 @@ class Checkpointer(_FvCheckpointer):
 
 
 class CheckpointScheduleError(ReidUserError, ValueError):
-    """A checkpoint period or max_to_keep out of range."""
+    """A checkpoint period or max_to_keep out of range (a config value: a usage error)."""
+
+    exit_code = USAGE_EXIT_CODE
 
 
 class PeriodicCheckpointer(_FvPeriodicCheckpointer):

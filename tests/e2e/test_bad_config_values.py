@@ -24,6 +24,10 @@ CASES = [
     ("DATALOADER.SAMPLER_TRAIN", "Naive", "did you mean NaiveIdentitySampler?"),
     ("MODEL.META_ARCHITECTURE", "MGN", "choose one of Baseline"),
     ("MODEL.BACKBONE.NAME", "resnet", "did you mean build_resnet_backbone?"),
+    # keys added with the fast-reid fidelity fixes
+    ("TEST.NECK_FEAT", "middle", "choose one of before, after"),
+    ("INPUT.REA.RATIO", "[3.3, 0.3]", "ratio must be [min, max] with 0 < min <= max"),
+    ("SOLVER.CHECKPOINT_MAX_TO_KEEP", "-1", "must be >= 0, got -1: 0 keeps every periodic checkpoint"),
 ]
 
 _EARLIER_FILES = {

@@ -3,6 +3,8 @@
 import logging
 from typing import List
 
+from reid_engine.config import ConfigError
+
 from .autoaugment import AugMix, AutoAugment
 from .base import AugmentationPipeline, RandomApply, Transform
 from .erasing import RandomErasing, RandomPatch
@@ -61,10 +63,22 @@ def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
     Args:
         cfg: the config (only ``cfg.INPUT`` is read).
         is_train: training pipeline (random) or test pipeline (deterministic).
+    Raises:
+        ConfigError: a wrong INPUT value (the op's message, naming the key).
     Returns:
         An :class:`AugmentationPipeline` mapping a PIL image (and an rng) to a (3, H, W)
         uint8 tensor with values 0..255.
     """
+    try:
+        return _build_pipeline(cfg, is_train)
+    except ConfigError:
+        raise
+    except ValueError as e:  # the ops check their own arguments; they name the INPUT key
+        raise ConfigError(f"{e}: fix that INPUT value") from e
+
+
+def _build_pipeline(cfg, is_train: bool) -> AugmentationPipeline:
+    """build_transforms without the error translation."""
     inp = cfg.INPUT
     batch_ops: List[Transform] = []
     if is_train:
