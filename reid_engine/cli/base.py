@@ -8,17 +8,10 @@ adds only the flags it honours, so anything else is rejected by its parser (exit
 import argparse
 
 from ..config import CfgNode, get_cfg
+from ..engine.setup import add_config_arguments, add_launch_arguments, positive_int
 from ..utils.errors import UsageError
 
 __all__ = ["command_parser", "add_launch_arguments", "positive_int", "build_config", "launch_options"]
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def command_parser(prog: str, doc: str, config: bool = True, launches: bool = False) -> argparse.ArgumentParser:
@@ -40,21 +33,8 @@ def command_parser(prog: str, doc: str, config: bool = True, launches: bool = Fa
     if launches:
         add_launch_arguments(parser)
     if config:
-        parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
-        parser.add_argument("opts", default=None, nargs=argparse.REMAINDER,
-                            help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu")
+        add_config_arguments(parser)
     return parser
-
-
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous."""
-    parser.add_argument("--num-gpus", type=positive_int, default=1,
-                        help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)")
-    parser.add_argument("--num-machines", type=positive_int, default=1, help="total number of machines")
-    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
-    parser.add_argument("--dist-url", default=None,
-                        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine "
-                        "only); default: a local port derived from the user id")
 
 
 def launch_options(args: argparse.Namespace, device_type: str) -> dict:

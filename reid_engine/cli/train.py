@@ -16,6 +16,7 @@ from ..config import CfgNode, ConfigError
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import launch
+from ..engine.setup import add_run_mode_arguments
 from ..inference import inference_config
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
@@ -31,9 +32,7 @@ PROG = "reid-train"
 def build_parser() -> argparse.ArgumentParser:
     """The shared base with the launch flags, plus --resume and --eval-only."""
     parser = command_parser(PROG, __doc__, launches=True)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)")
-    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
+    add_run_mode_arguments(parser)
     return parser
 
 

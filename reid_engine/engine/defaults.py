@@ -18,9 +18,8 @@ from ..evaluation import (
     ExpectedResultsError,
     ReidEvaluator,
     inference_on_dataset,
+    log_result_checks,
     print_csv_format,
-    result_check_failures,
-    verify_results,
 )
 from ..modeling import build_model
 from ..solver import build_lr_scheduler, build_optimizer
@@ -173,8 +172,8 @@ class DefaultTrainer(TrainerBase):
         Raises:
             ExpectedResultsError: one line naming each missed metric, by how much and the tolerance.
         """
-        if not verify_results(cfg, results):
-            failures = result_check_failures(cfg, results)
+        failures = log_result_checks(cfg, results)
+        if failures:
             raise ExpectedResultsError("TEST.EXPECTED_RESULTS not met: " + "; ".join(failures)
                                        + ": look at the evaluation above, or change the expectation")
 

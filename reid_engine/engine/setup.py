@@ -18,13 +18,56 @@ from ..utils.file_io import atomic_write_text
 from ..utils.logger import HIGHLIGHT, setup_logger
 from .config_checks import check_config_values
 
-__all__ = ["default_argument_parser", "default_setup", "default_writers"]
+__all__ = [
+    "add_config_arguments",
+    "add_launch_arguments",
+    "add_run_mode_arguments",
+    "default_argument_parser",
+    "default_setup",
+    "default_writers",
+    "positive_int",
+]
 
 logger = logging.getLogger(__name__)
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --config-file and the trailing KEY VALUE config overrides (`opts`)."""
+    parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
+    parser.add_argument("opts", default=None, nargs=argparse.REMAINDER,
+                        help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu")
+
+
+def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous."""
+    parser.add_argument("--num-gpus", type=positive_int, default=1,
+                        help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)")
+    parser.add_argument("--num-machines", type=positive_int, default=1, help="total number of machines")
+    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
+    parser.add_argument("--dist-url", default=None,
+                        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine "
+                        "only); default: a local port derived from the user id")
+
+
+def add_run_mode_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --resume and --eval-only, the two modes of a training script."""
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)")
+    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
+
+
 def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentParser:
-    """Build the command-line parser every reid_engine script shares.
+    """Build the classic parser of a training script (detectron2 / fast-reid style), for your own scripts.
+
+    `reid-train` builds its parser from the same pieces (see `reid_engine.cli`).
 
     Args:
         epilog: text shown at the end of `--help`.
@@ -40,30 +83,9 @@ def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentPa
         f"  {sys.argv[0]} --config-file cfg.yml --num-gpus 2 MODEL.DEVICE cpu   # 2 CPU workers (gloo)\n"
     )
     parser = argparse.ArgumentParser(epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
-    parser.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)",
-    )
-    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
-    parser.add_argument(
-        "--num-gpus", type=int, default=1, help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)"
-    )
-    parser.add_argument("--num-machines", type=int, default=1, help="total number of machines")
-    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
-    parser.add_argument(
-        "--dist-url",
-        default=None,
-        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine only); "
-        "default: a local port derived from the user id",
-    )
-    parser.add_argument(
-        "opts",
-        default=None,
-        nargs=argparse.REMAINDER,
-        help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu",
-    )
+    add_run_mode_arguments(parser)
+    add_launch_arguments(parser)
+    add_config_arguments(parser)
     return parser
 
 

@@ -16,6 +16,7 @@ from reid_engine.utils.logger import log_every_n_seconds
 
 __all__ = [
     "ExpectedResultsError",
+    "log_result_checks",
     "result_check_failures",
     "DatasetEvaluator",
     "DatasetEvaluators",
@@ -264,7 +265,7 @@ def result_check_failures(cfg, results: Mapping) -> List[str]:
     return failures
 
 
-def verify_results(cfg, results: Mapping) -> bool:
+def log_result_checks(cfg, results: Mapping) -> List[str]:
     """Check results against ``TEST.EXPECTED_RESULTS`` and log every failed check as an error.
 
     Args:
@@ -272,12 +273,21 @@ def verify_results(cfg, results: Mapping) -> bool:
         results: ``{dataset: {metric: value}}``.
 
     Returns:
-        bool: True when every expectation holds (also when there are none); the exit code is
-        the caller's (DefaultTrainer raises :class:`ExpectedResultsError`).
+        the failed checks, as :func:`result_check_failures` words them (empty: all hold).
     """
     failures = result_check_failures(cfg, results)
     for failure in failures:
         logger.error("Result check failed: %s", failure)
     if cfg.TEST.EXPECTED_RESULTS and not failures:
         logger.info("Results verification passed.")
-    return not failures
+    return failures
+
+
+def verify_results(cfg, results: Mapping) -> bool:
+    """Check results against ``TEST.EXPECTED_RESULTS``, logging every failed check.
+
+    Returns:
+        bool: True when every expectation holds (also when there are none); the exit code is
+        the caller's (DefaultTrainer raises :class:`ExpectedResultsError`).
+    """
+    return not log_result_checks(cfg, results)

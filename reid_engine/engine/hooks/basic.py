@@ -1,4 +1,5 @@
 """Hooks that keep the loop going: callbacks, iteration timing, periodic writers and LR scheduling."""
+import datetime
 import logging
 from collections import Counter
 from typing import Callable, Optional, Sequence
@@ -8,9 +9,12 @@ from fvcore.common.timer import Timer
 
 from ...utils.events import EventWriter
 from ..train_loop import HookBase
-from ._common import _hms
 
 logger = logging.getLogger(__name__)
+
+
+def _hms(seconds: float) -> str:
+    return str(datetime.timedelta(seconds=int(seconds)))
 
 
 class CallbackHook(HookBase):

@@ -8,9 +8,13 @@ from torch import nn
 
 from ...utils.events import EventStorage
 from ..train_loop import HookBase
-from ._common import _unwrap
 
 logger = logging.getLogger(__name__)
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DataParallel/DDP wrapper (or the model itself)."""
+    return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
 
 
 class PreciseBN(HookBase):
