@@ -49,17 +49,13 @@ def load_dataset(cfg: CfgNode, dataset_name: Optional[str] = None) -> Tuple[str,
     Raises:
         UsageError: no name given and DATASETS.TESTS empty, or an unknown name.
     """
+    key = "--dataset"
     if not dataset_name:
         if not len(cfg.DATASETS.TESTS):
             raise UsageError("no dataset given (--dataset): pass --dataset NAME or set DATASETS.TESTS")
-        dataset_name = cfg.DATASETS.TESTS[0]
-    try:
-        return dataset_name, get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT))
-    except KeyError as e:
-        if isinstance(e, ReidUserError):
-            raise
-        # the registry's "unknown dataset ..." message, without KeyError's quotes
-        raise UsageError(str(e.args[0]) if e.args else str(e)) from None
+        dataset_name, key = cfg.DATASETS.TESTS[0], "DATASETS.TESTS"
+    # an unknown name is the registry's one-line UnknownChoiceError (a usage error)
+    return dataset_name, get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key=key)
 
 
 def collect_items(cfg: CfgNode, split: Optional[str] = None, dataset_name: Optional[str] = None,

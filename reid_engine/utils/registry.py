@@ -42,14 +42,19 @@ from typing import Any, Iterable, List, Mapping, Optional, Union
 
 from fvcore.common.registry import Registry as _FvcoreRegistry
 
-from .errors import ReidUserError
+from .errors import USAGE_EXIT_CODE, ReidUserError
 
 __all__ = ["Registry", "UnknownChoiceError", "lookup", "check_choice", "closest_match",
            "unknown_choice_message"]
 
 
 class UnknownChoiceError(ReidUserError, KeyError, ValueError):
-    """A config value that is not one of the accepted names (one line: key, choices, closest)."""
+    """A config value that is not one of the accepted names (one line: key, choices, closest).
+
+    A wrong value is a usage error: the command line exits with 2, like a wrong key.
+    """
+
+    exit_code = USAGE_EXIT_CODE
 
     def __str__(self) -> str:
         # KeyError would print the repr of the message (with quotes).

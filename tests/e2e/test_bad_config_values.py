@@ -54,7 +54,7 @@ def test_wrong_value_is_one_error_line_and_keeps_output_dir(tmp_path, key, value
     proc = run_cli(["--config-file", CFG, "DATASETS.ROOT", str(tmp_path / "no_data"),
                     "OUTPUT_DIR", str(out), key, value], timeout=120)
 
-    assert proc.returncode != 0
+    assert proc.returncode == 2  # a wrong config value is a usage error
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     error_lines = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(error_lines) == 1, proc.stderr[-3000:]
