@@ -6,10 +6,7 @@ each file implies, must have exactly those keys and shapes; a checkpoint with th
 layout must load strictly (also through MODEL.WEIGHTS' Checkpointer) and reproduce
 the embeddings of the model it came from.
 """
-import ast
 import logging
-import math
-import os
 
 import pytest
 import torch
@@ -19,8 +16,7 @@ from reid_engine.modeling import META_ARCH_REGISTRY, build_model
 from reid_engine.utils.checkpoint import Checkpointer
 
 from .fastreid_reference import fastreid_resnet50_embeddings
-
-KEYS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fastreid_keys")
+from .fastreid_state import random_fastreid_state, read_reference
 
 # What each fast-reid config sets, read off its key list (IBN -> bn1.IN/BN, non-local
 # -> NL_*, learnable GeM -> heads.pool_layer.p) and fast-reid's Market1501 configs.
@@ -40,18 +36,6 @@ FASTREID_CONFIGS = {
 }
 
 
-def read_reference(name):
-    """Parse fastreid_keys/<name>.txt into {key: shape tuple}."""
-    shapes = {}
-    with open(os.path.join(KEYS_DIR, f"{name}.txt")) as handle:
-        for line in handle:
-            if line.startswith("#") or not line.strip():
-                continue
-            key, shape = line.strip().split(" ", 1)
-            shapes[key] = tuple(ast.literal_eval(shape))
-    return shapes
-
-
 def build_without_summary(cfg):
     """The meta architecture of `cfg` without build_model's FLOP count (tested elsewhere)."""
     return META_ARCH_REGISTRY.get(cfg.MODEL.META_ARCHITECTURE).from_config(cfg)
@@ -65,33 +49,6 @@ def config_for(name):
         section, leaf = key.split(".")
         setattr(getattr(cfg.MODEL, section), leaf, value)
     return cfg
-
-
-def random_fastreid_state(shapes, seed):
-    """A state dict with the reference layout and plausible random values."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def uniform(shape, low, high):
-        return torch.rand(shape, generator=gen) * (high - low) + low
-
-    state = {}
-    for key, shape in shapes.items():
-        if key.endswith("num_batches_tracked"):
-            value = torch.tensor(1000, dtype=torch.long)
-        elif key.endswith("running_var"):
-            value = uniform(shape, 0.5, 1.5)
-        elif key.endswith("pool_layer.p"):
-            value = uniform(shape, 2.5, 3.5)
-        elif len(shape) == 4:  # conv: He-scaled so activations stay finite
-            value = torch.randn(shape, generator=gen) * math.sqrt(1.0 / math.prod(shape[1:]))
-        elif key == "heads.weight":
-            value = torch.randn(shape, generator=gen) * 0.01
-        elif key.endswith("weight"):  # norm scales (including the non-local W.1)
-            value = uniform(shape, 0.3, 1.0)
-        else:  # biases and running means
-            value = torch.randn(shape, generator=gen) * 0.1
-        state[key] = value
-    return state
 
 
 @pytest.mark.parametrize("name", sorted(FASTREID_CONFIGS))

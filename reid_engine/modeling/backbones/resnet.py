@@ -14,8 +14,8 @@ from reid_engine.config import ConfigError
 from reid_engine.utils.registry import check_choice, lookup
 
 from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm
-from .build import BACKBONE_REGISTRY
-from .resnet_weights import load_imagenet_weights
+from .build import BACKBONE_REGISTRY, check_backbone_options
+from .imagenet_weights import load_imagenet_weights
 
 __all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS"]
 
@@ -202,8 +202,9 @@ _NON_LOCAL_PER_STAGE = {
 
 
 def check_resnet_config(cfg) -> None:
-    """Check MODEL.BACKBONE.DEPTH (a ResNet depth) and NORM, building nothing."""
+    """Check MODEL.BACKBONE.DEPTH (a ResNet depth), NORM and LAST_STRIDE, building nothing."""
     lookup(RESNET_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
+    check_backbone_options(cfg, ("WITH_IBN", "WITH_NL", "WITH_SE"))
     check_choice(cfg.MODEL.BACKBONE.NORM, NORM_NAMES, "MODEL.BACKBONE.NORM")
 
 
@@ -220,8 +221,6 @@ def build_resnet_backbone(cfg) -> ResNet:
     """
     opts = cfg.MODEL.BACKBONE
     check_resnet_config(cfg)
-    if opts.LAST_STRIDE not in (1, 2):
-        raise ConfigError(f"MODEL.BACKBONE.LAST_STRIDE must be 1 or 2, got {opts.LAST_STRIDE}")
     non_local = (0, 0, 0, 0)
     if opts.WITH_NL:
         if opts.DEPTH not in _NON_LOCAL_PER_STAGE:
@@ -233,7 +232,7 @@ def build_resnet_backbone(cfg) -> ResNet:
     model = ResNet(block, blocks_per_stage, last_stride=opts.LAST_STRIDE, norm=opts.NORM,
                    with_ibn=opts.WITH_IBN, with_se=opts.WITH_SE, non_local_per_stage=non_local)
     if opts.PRETRAIN:
-        load_imagenet_weights(model, opts.PRETRAIN_PATH, "MODEL.BACKBONE.PRETRAIN_PATH")
+        load_imagenet_weights(model, opts.PRETRAIN_PATH, "ResNet")
     return model
 
 

@@ -1,0 +1,184 @@
+"""ImageNet weights from local files for every backbone family, read by the shared safe
+checkpoint loader. Nothing is downloaded.
+
+Each family registers how its common public release is laid out: a `rename` function that
+maps the file's keys to our module names (identity where they already match), the
+classifier prefixes to drop, and a `fingerprint` that recognises a file of that family. A
+file is accepted bare or wrapped under "state_dict" / "model", optionally with
+DataParallel's "module." prefix. A file in which most of the model's tensors are not
+found (by name and shape) is refused with one line that names the family the file looks
+like and the family the config builds.
+"""
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from torch import Tensor, nn
+
+from ...utils.checkpoint import Checkpointer, CheckpointError, CheckpointNotFoundError
+from ...utils.errors import ReidUserError
+
+__all__ = ["PretrainPathError", "WeightsFamilyError", "WeightsFamily", "WEIGHT_FAMILIES",
+           "register_weights_family", "detect_weights_family", "load_imagenet_weights"]
+
+StateDict = Dict[str, Tensor]
+
+# Below this share of the model's tensors found in the file, the file is of another family.
+_MIN_MATCHED_SHARE = 0.5
+
+
+class PretrainPathError(ReidUserError, ValueError):
+    """The pretrained-weights key is set to use weights but names no file."""
+
+
+class WeightsFamilyError(ReidUserError, ValueError):
+    """The weights file holds another backbone family's weights."""
+
+
+@dataclass(frozen=True)
+class WeightsFamily:
+    """How a backbone family's public ImageNet weight files are laid out.
+
+    Attributes:
+        name: the family's display name (e.g. "OSNet"), used in messages.
+        fingerprint: state dict (after unwrapping) -> True when it is this family's file.
+        rename: state dict -> state dict in our module names (identity by default); it
+            handles every accepted release of the family (e.g. torchvision's and timm's).
+        dropped_prefixes: keys starting with these (the ImageNet classifier) are removed
+            after renaming.
+        releases: the accepted releases, for messages (e.g. "torchvision or timm").
+    """
+
+    name: str
+    fingerprint: Callable[[Mapping[str, Tensor]], bool]
+    rename: Callable[[StateDict], StateDict] = field(default=lambda state: state)
+    dropped_prefixes: Tuple[str, ...] = ()
+    releases: str = ""
+
+
+#: family name -> WeightsFamily, filled by the backbone modules at import.
+WEIGHT_FAMILIES: Dict[str, WeightsFamily] = {}
+
+
+def register_weights_family(family: WeightsFamily) -> WeightsFamily:
+    """Register a family's weight-file layout (name must be new); returns it."""
+    if family.name in WEIGHT_FAMILIES:
+        raise KeyError(f"weights family {family.name!r} is already registered")
+    WEIGHT_FAMILIES[family.name] = family
+    return family
+
+
+def detect_weights_family(state: Mapping[str, Tensor]) -> Optional[str]:
+    """The name of the first registered family whose fingerprint accepts `state`, or None."""
+    for family in WEIGHT_FAMILIES.values():
+        try:
+            if family.fingerprint(state):
+                return family.name
+        except (KeyError, IndexError, AttributeError, TypeError):
+            continue
+    return None
+
+
+def _has(state: Mapping[str, Tensor], *keys: str) -> bool:
+    """True when every key is in `state` (a helper for fingerprints)."""
+    return all(key in state for key in keys)
+
+
+def _strip_module_prefix(state: StateDict) -> StateDict:
+    if state and all(key.startswith("module.") for key in state):
+        return {key[len("module."):]: value for key, value in state.items()}
+    return state
+
+
+class _ImageNetWeightsLoader(Checkpointer):
+    """A Checkpointer for ImageNet classifier files of one family: renames the keys, drops
+    the classifier, refuses another family's file, and keeps the key-matching result
+    (missing / unexpected / shape-skipped keys) for the caller."""
+
+    incompatible: Any = None
+
+    def __init__(self, model: nn.Module, family: WeightsFamily, config_key: str):
+        super().__init__(model, save_to_disk=False)
+        self.family = family
+        self.config_key = config_key
+
+    def _load_file(self, f: str) -> Dict[str, Any]:
+        raw = _strip_module_prefix(dict(super()._load_file(f)["model"]))
+        state = self.family.rename(dict(raw))
+        state = {k: v for k, v in state.items() if not k.startswith(self.family.dropped_prefixes)}
+        self._check_family(f, raw, state)
+        return {"model": state}
+
+    def _check_family(self, path: str, raw: StateDict, state: StateDict) -> None:
+        expected = self.model.state_dict()
+        matched = sum(1 for key, value in expected.items()
+                      if key in state and tuple(state[key].shape) == tuple(value.shape))
+        if matched >= _MIN_MATCHED_SHARE * len(expected):
+            return
+        found = detect_weights_family(raw)
+        wanted = self.family.name + (f" ({self.family.releases})" if self.family.releases else "")
+        if found and found != self.family.name:
+            raise WeightsFamilyError(
+                f"{self.config_key}: {path} holds {found} weights, but the backbone is {self.family.name}; "
+                f"point it to a {wanted} ImageNet file or change MODEL.BACKBONE.NAME")
+        raise WeightsFamilyError(
+            f"{self.config_key}: {path} matches only {matched} of the {len(expected)} tensors of this "
+            f"{self.family.name} backbone (other depth or layout?); point it to a {wanted} ImageNet file "
+            "of the same MODEL.BACKBONE.DEPTH")
+
+    def _load_model(self, checkpoint: Any) -> Any:
+        self.incompatible = super()._load_model(checkpoint)
+        return self.incompatible
+
+
+def load_imagenet_weights(model: nn.Module, path: str, family: str = "ResNet",
+                          config_key: str = "MODEL.BACKBONE.PRETRAIN_PATH") -> Any:
+    """Copy the matching tensors of a local ImageNet weights file of `family` into `model`.
+
+    Tensors with another shape are skipped; one summary of loaded, missing, unexpected
+    and skipped keys is logged (the Checkpointer's).
+
+    Args:
+        model: the backbone.
+        path: a local weights file.
+        family: the registered WeightsFamily name of the backbone.
+        config_key: the config key named in errors.
+
+    Returns:
+        fvcore's incompatible-keys tuple: ``missing_keys``, ``unexpected_keys`` and
+        ``incorrect_shapes`` (key, file shape, model shape).
+
+    Raises:
+        PretrainPathError: `path` is empty.
+        CheckpointNotFoundError: no file at `path`.
+        WeightsFamilyError: the file is another family's (or another depth's) weights.
+        CheckpointError: the file is corrupt, unsafe or holds no state dict of tensors.
+    """
+    spec = WEIGHT_FAMILIES[family]
+    what = f"{spec.name} weights file" + (f" ({spec.releases} layout)" if spec.releases else "")
+    if not path:
+        raise PretrainPathError(f"{config_key} is empty; set it to a local {what} "
+                                "(nothing is downloaded) or set MODEL.BACKBONE.PRETRAIN False")
+    loader = _ImageNetWeightsLoader(model, spec, config_key)
+    try:
+        loader.load(path, checkpointables=[])
+    except CheckpointNotFoundError:
+        raise CheckpointNotFoundError(
+            f"{config_key}: no file at {path!r}; point it to a local {what}") from None
+    except WeightsFamilyError:
+        raise
+    except CheckpointError as e:
+        raise CheckpointError(f"{config_key}: {e}") from None
+    return loader.incompatible
+
+
+def _is_torchvision_resnet(state: Mapping[str, Tensor]) -> bool:
+    # conv2 of layer1's first block is a dense 3x3 (ResNeXt's is grouped)
+    if not _has(state, "conv1.weight", "layer1.0.conv1.weight"):
+        return False
+    conv2 = state.get("layer1.0.conv2.weight")
+    return conv2 is None or conv2.shape[1] == conv2.shape[0]
+
+
+register_weights_family(WeightsFamily(
+    name="ResNet", fingerprint=_is_torchvision_resnet, dropped_prefixes=("fc.",),
+    releases="torchvision or IBN-Net"))
