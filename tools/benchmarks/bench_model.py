@@ -29,11 +29,15 @@ MODELS = {
 FLOP_SIZE = (256, 128)
 
 
-def bot_config(depth: str, height: int, width: int, device: str, num_classes: int):
-    """The BoT model (BNNeck, CE with label smoothing 0.1, hard-mining triplet 0.3)."""
+def bot_config(depth: str, height: int, width: int, device: str, num_classes: int,
+               backbone: str = "build_resnet_backbone"):
+    """The BoT model (BNNeck, CE with label smoothing 0.1, hard-mining triplet 0.3) on the
+    backbone `backbone` (MODEL.BACKBONE.NAME) of depth `depth`, without ImageNet weights."""
     cfg = get_cfg()
     cfg.MODEL.DEVICE = device
+    cfg.MODEL.BACKBONE.NAME = backbone
     cfg.MODEL.BACKBONE.DEPTH = depth
+    cfg.MODEL.BACKBONE.PRETRAIN = False
     cfg.MODEL.HEADS.WITH_BNNECK = True
     cfg.MODEL.HEADS.NUM_CLASSES = num_classes
     cfg.MODEL.LOSSES.NAME = ("CrossEntropyLoss", "TripletLoss")
@@ -53,8 +57,9 @@ def make_batch(batch: int, instances: int, height: int, width: int, device: torc
     return {"images": images.to(device), "targets": targets.to(device)}
 
 
-def time_training_steps(model, batch, steps: int, warmup: int):
-    """Return the wall times (s) of `steps` training steps after `warmup` untimed ones."""
+def time_training_steps(model, batch, steps: int, warmup: int, amp_dtype=None, verbose: bool = True):
+    """Return the wall times (s) of `steps` training steps after `warmup` untimed ones
+    (autocast to `amp_dtype` on the model's device when given)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
@@ -62,14 +67,16 @@ def time_training_steps(model, batch, steps: int, warmup: int):
     for step in range(warmup + steps):
         sync()
         start = time.perf_counter()
-        losses = model(batch)
+        with torch.autocast(model.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            losses = model(batch)
         optimizer.zero_grad(set_to_none=True)
         sum(losses.values()).backward()
         optimizer.step()
         sync()
         elapsed = time.perf_counter() - start
         tag = "warmup" if step < warmup else "timed"
-        print(f"  step {step + 1}/{warmup + steps} ({tag}): {elapsed:.3f}s", flush=True)
+        if verbose:
+            print(f"  step {step + 1}/{warmup + steps} ({tag}): {elapsed:.3f}s", flush=True)
         if step >= warmup:
             times.append(elapsed)
     return times
