@@ -17,6 +17,10 @@ _C.MODEL.DEVICE = "auto"
 _C.MODEL.META_ARCHITECTURE = "Baseline"
 # Module-name prefixes kept frozen for SOLVER.FREEZE_ITERS iterations.
 _C.MODEL.FREEZE_LAYERS = []
+# (ours) channels_last memory format for the CNN: auto = on for CUDA devices, off on CPU; or on / off.
+_C.MODEL.CHANNELS_LAST = "auto"
+# (ours) torch.compile the model in place for training and evaluation (checkpoint keys unchanged).
+_C.MODEL.COMPILE = False
 # Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
 _C.MODEL.WEIGHTS = ""
 # Images enter the model as 0..255 and are normalised inside it.
@@ -168,7 +172,9 @@ _C.DATALOADER.SET_WEIGHT = []
 _C.SOLVER = CN()
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False
-_C.SOLVER.AMP.PRECISION = "float16"  # (ours) float16 or bfloat16
+# (ours) autocast dtype: auto = bfloat16 where the device computes it natively (CPU, CUDA
+# compute capability >= 8), else float16 (with gradient scaling); or bfloat16 / float16.
+_C.SOLVER.AMP.DTYPE = "auto"
 
 _C.SOLVER.OPT = "Adam"  # any torch.optim name
 _C.SOLVER.MAX_EPOCH = 120

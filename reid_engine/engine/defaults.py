@@ -41,6 +41,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: iterations between log lines / metric writes, and between loss fetches from the device
+LOG_PERIOD = 20
+
 
 def create_ddp_model(model: torch.nn.Module, *, broadcast_buffers: bool = False, **kwargs) -> torch.nn.Module:
     """Wrap a model in DistributedDataParallel when the world size is above 1.
@@ -88,9 +91,10 @@ class DefaultTrainer(TrainerBase):
             data_loader = DevicePrefetcher(data_loader, model_device(model))
 
         trainer_cls = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
-        trainer_kwargs = {}
+        # Losses are fetched from the device once per logging period, not every step.
+        trainer_kwargs = {"gather_metric_period": LOG_PERIOD}
         if cfg.SOLVER.AMP.ENABLED:
-            trainer_kwargs["precision"] = getattr(torch, cfg.SOLVER.AMP.PRECISION)
+            trainer_kwargs["precision"] = cfg.SOLVER.AMP.DTYPE
         self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
 
         self.iters_per_epoch = self.compute_iters_per_epoch(cfg, len(data_loader.dataset))
@@ -216,7 +220,7 @@ class DefaultTrainer(TrainerBase):
                 hooks.BestCheckpointer(eval_period, self.checkpointer, f"{cfg.DATASETS.TESTS[0]}/metric", "max")
             )
         if comm.is_main_process():
-            ret.append(hooks.PeriodicWriter(self.build_writers(), period=20))
+            ret.append(hooks.PeriodicWriter(self.build_writers(), period=LOG_PERIOD))
             ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
                                                   max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None))
         return ret

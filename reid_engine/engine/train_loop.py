@@ -243,7 +243,10 @@ class SimpleTrainer(TrainerBase):
             data_loader: an iterable of batches (infinite for iteration-based training);
                 its ``state_dict``/``load_state_dict``, when present, are checkpointed.
             optimizer: a torch optimizer.
-            gather_metric_period: gather and write metrics every this many iterations.
+            gather_metric_period: every iteration's losses are staged on the device; every
+                this many iterations they are fetched to the host in one transfer, checked
+                for NaN / inf, gathered and written (with their own iteration numbers). A
+                period > 1 keeps the steady-state step free of host synchronisation.
             zero_grad_before_forward: zero the gradients before the forward pass
                 instead of before the backward pass.
         """
@@ -255,6 +258,9 @@ class SimpleTrainer(TrainerBase):
         self.gather_metric_period = int(gather_metric_period)
         self.zero_grad_before_forward = zero_grad_before_forward
         self._data_loader_iter_obj = None
+        # (iteration, device tensor of the loss values, data time) per step since the last flush
+        self._staged: List[tuple] = []
+        self._loss_names: Optional[List[str]] = None
 
     @property
     def _data_loader_iter(self):
@@ -290,28 +296,61 @@ class SimpleTrainer(TrainerBase):
             if not isinstance(loss_dict, Mapping) or not loss_dict:
                 raise TypeError(f"the model must return a non-empty dict of losses in training, got {type(loss_dict).__name__}")
             losses = sum(loss_dict.values())
-        self._check_finite(losses, loss_dict)
+        self._stage_metrics(loss_dict, data_time)
         if not self.zero_grad_before_forward:
             self.optimizer.zero_grad()
         self._backward(losses)
         self.after_backward()
-        if (self.iter + 1) % self.gather_metric_period == 0:
-            self._write_metrics(loss_dict, data_time)
         self._optimizer_step()
+        if (self.iter + 1) % self.gather_metric_period == 0:
+            self.flush_metrics()
 
-    def _check_finite(self, losses: torch.Tensor, loss_dict: Mapping[str, torch.Tensor]) -> None:
-        if not torch.isfinite(losses).all():
-            values = ", ".join(f"{k}={float(v.detach().float()):.6g}" for k, v in loss_dict.items())
+    def _stage_metrics(self, loss_dict: Mapping[str, torch.Tensor], data_time: float) -> None:
+        """Keep this step's loss values on the device (no host synchronisation)."""
+        names = list(loss_dict)
+        if self._loss_names is not None and names != self._loss_names:
+            self.flush_metrics()  # the model changed its losses: write what was staged under the old names
+        self._loss_names = names
+        values = torch.stack([v.detach().float().reshape(()) for v in loss_dict.values()])
+        self._staged.append((self.iter, values, data_time))
+
+    def flush_metrics(self, prefix: str = "") -> None:
+        """Fetch the staged losses in one device-to-host transfer, check them, and write
+        them to the event storage (gathered over workers, each at its own iteration).
+
+        Called every ``gather_metric_period`` iterations, before a checkpoint is saved or
+        an evaluation runs (hooks call it), and after training.
+
+        Raises:
+            NonFiniteLossError: a staged loss is NaN or infinite; the message names the
+                first such iteration. Checkpoints flush first, so none holds its weights.
+        """
+        staged, self._staged = self._staged, []
+        if not staged:
+            return
+        values = torch.stack([v for _, v, _ in staged]).cpu()  # the one host sync per period
+        rows = [dict(zip(self._loss_names, row.tolist()), data_time=data_time)
+                for row, (_, _, data_time) in zip(values, staged)]
+        gathered = comm.gather(rows)  # every worker takes part before any of them raises
+        finite = torch.isfinite(values).all(dim=1)
+        if not bool(finite.all()):
+            bad = int((~finite).nonzero()[0])
+            text = ", ".join(f"{k}={v:.6g}" for k, v in rows[bad].items() if k != "data_time")
+            later = f", seen at iteration {staged[-1][0]}" if staged[bad][0] != staged[-1][0] else ""
             raise NonFiniteLossError(
-                f"Loss became infinite or NaN at iteration {self.iter}: {values} "
-                "(lower the learning rate or check the data)"
-            )
+                f"Loss became infinite or NaN at iteration {staged[bad][0]}: {text}{later} "
+                "(lower the learning rate or check the data; the checkpoints on disk are from before it)")
+        for index, (iteration, _, _) in enumerate(staged):
+            write_metrics([worker_rows[index] for worker_rows in gathered], prefix, iteration=iteration)
 
-    def _write_metrics(self, loss_dict: Mapping[str, torch.Tensor], data_time: float, prefix: str = "") -> None:
-        """Gather losses and data time from all workers and write them on the main one."""
-        metrics = {k: float(v.detach().float().cpu()) for k, v in loss_dict.items()}
-        metrics["data_time"] = data_time
-        write_metrics(comm.gather(metrics), prefix)
+    def after_train(self) -> None:
+        """Write the losses still staged (unless a step failed), then call the hooks."""
+        try:
+            if self.iter == self.max_iter:  # completed: one past the last step
+                self.flush_metrics()
+        finally:
+            self._staged = []
+            super().after_train()
 
     def state_dict(self) -> dict:
         """TrainerBase state plus ``optimizer``, ``rng`` and (if supported) ``data_loader``."""
@@ -339,7 +378,7 @@ class SimpleTrainer(TrainerBase):
                                "cannot load one: the data stream restarts")
 
 
-def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "") -> None:
+def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "", iteration: Optional[int] = None) -> None:
     """Write per-worker metrics gathered on the main process into the event storage.
 
     ``data_time`` is the max over workers, losses the mean; ``total_loss`` is always
@@ -349,28 +388,45 @@ def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "") -> None
     Args:
         all_metrics: one dict per worker with the loss values and ``data_time``.
         prefix: prepended to ``total_loss`` (e.g. for a second model).
+        iteration: the iteration the values belong to (default: the storage's current one).
     """
     if not all_metrics:
         return
     storage = get_event_storage()
-    storage.put_scalar("data_time", max(m["data_time"] for m in all_metrics))
+    storage.put_scalar("data_time", max(m["data_time"] for m in all_metrics), iteration=iteration)
     names = [k for k in all_metrics[0] if k != "data_time"]
     losses = {k: float(np.mean([m[k] for m in all_metrics])) for k in names}
-    storage.put_scalar(f"{prefix}total_loss", sum(losses.values()))
+    storage.put_scalar(f"{prefix}total_loss", sum(losses.values()), iteration=iteration)
     if len(losses) > 1:
-        storage.put_scalars(**losses)
+        storage.put_scalars(iteration=iteration, **losses)
 
 
 _PRECISIONS = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
                "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+AMP_DTYPES = ("auto", "bfloat16", "float16")
 
 
-def _parse_precision(precision: Union[str, torch.dtype]) -> torch.dtype:
-    if isinstance(precision, torch.dtype) and precision in (torch.float16, torch.bfloat16):
-        return precision
-    if isinstance(precision, str) and precision.lower() in _PRECISIONS:
-        return _PRECISIONS[precision.lower()]
-    raise ValueError(f"unsupported AMP precision {precision!r}: use float16 or bfloat16 (SOLVER.AMP.PRECISION)")
+def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch.dtype:
+    """The autocast dtype for SOLVER.AMP.DTYPE on a device type.
+
+    Args:
+        dtype: "auto" (bfloat16 where the device computes it natively: the CPU, CUDA
+            devices of compute capability 8 or more; else float16), a name (bfloat16, bf16,
+            float16, fp16, half) or a torch dtype.
+        device_type: "cpu" or "cuda".
+
+    Returns:
+        torch.bfloat16 or torch.float16.
+    """
+    if isinstance(dtype, torch.dtype) and dtype in (torch.float16, torch.bfloat16):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() == "auto":
+        if device_type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            return torch.float16
+        return torch.bfloat16
+    if isinstance(dtype, str) and dtype.lower() in _PRECISIONS:
+        return _PRECISIONS[dtype.lower()]
+    raise ValueError(f"unsupported AMP dtype {dtype!r}: use auto, bfloat16 or float16 (SOLVER.AMP.DTYPE)")
 
 
 class AMPTrainer(SimpleTrainer):
@@ -380,20 +436,23 @@ class AMPTrainer(SimpleTrainer):
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
                  grad_scaler: Optional["torch.amp.GradScaler"] = None,
-                 precision: Union[str, torch.dtype] = torch.float16):
+                 precision: Union[str, torch.dtype] = "auto"):
         """
         Args:
             model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward:
                 as for :class:`SimpleTrainer`.
             grad_scaler: a ``torch.amp.GradScaler`` for float16 (a default one is made).
-            precision: torch.float16 or torch.bfloat16 (or their names).
+            precision: torch.float16 or torch.bfloat16, their names, or "auto" (see
+                resolve_amp_dtype).
         """
         super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward)
         self.device_type = _model_device_type(model)
-        self.precision = _parse_precision(precision)
+        self.precision = resolve_amp_dtype(precision, self.device_type)
         if self.device_type == "cpu" and self.precision == torch.float16:
             logger.warning("AMP float16 is not used on CPU: using bfloat16 autocast instead")
             self.precision = torch.bfloat16
+        logger.info("AMP: autocast to %s on %s%s", str(self.precision).replace("torch.", ""), self.device_type,
+                    " with gradient scaling" if self.precision == torch.float16 else "")
         if self.precision == torch.float16:
             self.grad_scaler = grad_scaler if grad_scaler is not None else torch.amp.GradScaler(self.device_type)
         else:

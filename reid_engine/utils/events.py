@@ -73,14 +73,16 @@ class EventStorage:
         self._histograms: List[dict] = []
 
     # ---- scalars ------------------------------------------------------------------
-    def put_scalar(self, name: str, value, smoothing_hint: bool = True) -> None:
-        """Record a scalar at the current iteration.
+    def put_scalar(self, name: str, value, smoothing_hint: bool = True, iteration: Optional[int] = None) -> None:
+        """Record a scalar at the current iteration (or at `iteration`).
 
         Args:
             name: metric name (prefixed by the active :meth:`name_scope`).
             value: a number or a one-element tensor.
             smoothing_hint: whether writers should smooth it (windowed median) or
                 show the raw latest value. Must not change for a given name.
+            iteration: the iteration the value belongs to, for values fetched later
+                than they were computed (default: the current iteration).
         """
         name = self._current_prefix + name
         value = float(value.item() if isinstance(value, torch.Tensor) else value)
@@ -93,13 +95,14 @@ class EventStorage:
                 f"scalar '{name}' was first written with smoothing_hint="
                 f"{self._smoothing_hints[name]}, now with {smoothing_hint}: use one value"
             )
-        history.update(value, self._iter)
-        self._latest_scalars[name] = (value, self._iter)
+        itr = self._iter if iteration is None else int(iteration)
+        history.update(value, itr)
+        self._latest_scalars[name] = (value, itr)
 
-    def put_scalars(self, *, smoothing_hint: bool = True, **kwargs) -> None:
+    def put_scalars(self, *, smoothing_hint: bool = True, iteration: Optional[int] = None, **kwargs) -> None:
         """Record several scalars at once: ``put_scalars(loss=0.5, acc=0.9)``."""
         for name, value in kwargs.items():
-            self.put_scalar(name, value, smoothing_hint=smoothing_hint)
+            self.put_scalar(name, value, smoothing_hint=smoothing_hint, iteration=iteration)
 
     def history(self, name: str) -> ScalarHistory:
         """Return the history of scalar ``name`` (KeyError if unknown)."""

@@ -112,9 +112,12 @@ def test_metrics_keys_and_values():
     single.train(0, 2)
     assert set(single.storage.histories()) == {"data_time", "total_loss"}
 
-    sparse = make_trainer(gather_metric_period=2)
+    # fetched every 2 iterations (and after training), every iteration's value at its own iteration
+    dense, sparse = make_trainer(), make_trainer(gather_metric_period=2)
+    dense.train(0, 5)
     sparse.train(0, 5)
-    assert [itr for _, itr in sparse.storage.history("total_loss").values()] == [1, 3]
+    assert [itr for _, itr in sparse.storage.history("total_loss").values()] == [0, 1, 2, 3, 4]
+    assert sparse.storage.history("total_loss").values() == dense.storage.history("total_loss").values()
 
 
 def test_write_metrics_reduces_over_workers():
@@ -140,6 +143,66 @@ def test_nan_loss_raises_naming_the_iteration_and_losses():
     trainer.register_hooks([PoisonAt()])
     with pytest.raises(FloatingPointError, match=r"iteration 2: loss_cls=nan, loss_reg=nan"):
         trainer.train(0, 5)
+
+
+class _PoisonAt(HookBase):
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def before_step(self):
+        if self.trainer.iter == self.iteration:
+            with torch.no_grad():
+                self.trainer.model.head.weight.fill_(float("nan"))
+
+
+def test_delayed_nan_detection_names_the_first_bad_iteration_within_one_period():
+    trainer = make_trainer(gather_metric_period=4)
+    seen = []
+
+    class Record(HookBase):
+        def after_step(self):
+            seen.append(self.trainer.iter)
+
+    trainer.register_hooks([_PoisonAt(5), Record()])
+    with pytest.raises(FloatingPointError, match=r"iteration 5: loss_cls=nan, loss_reg=nan, seen at iteration 7 "):
+        trainer.train(0, 20)
+    assert seen == [0, 1, 2, 3, 4, 5, 6]  # stopped at the end of the period holding iteration 5
+    assert [itr for _, itr in trainer.storage.history("total_loss").values()] == [0, 1, 2, 3]
+
+
+def test_a_checkpoint_after_a_nan_is_never_written(tmp_path):
+    """The periodic checkpointer fetches the staged losses before it saves: the NaN of
+    iteration 2 stops the run at iteration 3's save; the iteration-1 checkpoint stays."""
+    from reid_engine.engine import hooks
+    from reid_engine.utils.checkpoint import Checkpointer
+
+    trainer = make_trainer(gather_metric_period=20)
+    checkpointer = Checkpointer(trainer.model, str(tmp_path), trainer=trainer)
+    trainer.register_hooks([_PoisonAt(2), hooks.PeriodicCheckpointer(checkpointer, period=2)])
+    with pytest.raises(FloatingPointError, match="iteration 2"):
+        trainer.train(0, 10)
+    assert sorted(p.name for p in tmp_path.glob("*.pth")) == ["model_0000001.pth"]
+    saved = torch.load(tmp_path / "model_0000001.pth", weights_only=True)["model"]
+    assert all(torch.isfinite(v).all() for v in saved.values() if v.is_floating_point())
+
+
+def test_steady_state_step_has_no_host_sync(monkeypatch):
+    """Between two loss fetches a step reads nothing from a tensor on the host: every
+    tensor-to-Python conversion is counted (each would be a device sync on a GPU)."""
+    trainer = make_trainer(gather_metric_period=10)
+    conversions = []
+    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, __name=name, __original=original, **kwargs):
+            conversions.append((trainer.iter, __name))
+            return __original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    trainer.train(0, 10)
+    monkeypatch.undo()
+    assert conversions and all(itr == 9 for itr, _ in conversions), conversions[:5]  # the flush only
+    assert [itr for _, itr in trainer.storage.history("total_loss").values()] == list(range(10))
 
 
 def test_model_in_eval_mode_or_bad_output_is_a_clear_error():
@@ -244,7 +307,7 @@ def test_amp_trainer_bfloat16_on_cpu_and_float16_fallback():
     assert all(math.isfinite(v) for v, _ in trainer.storage.history("total_loss").values())
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert "grad_scaler" not in trainer.state_dict()
-    with pytest.raises(ValueError, match="float16 or bfloat16"):
+    with pytest.raises(ValueError, match="use auto, bfloat16 or float16"):
         make_trainer(trainer_cls=AMPTrainer, precision="float32")
 
 

@@ -6,6 +6,7 @@ from typing import Optional
 
 from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
 from ..train_loop import HookBase
+from .basic import flush_trainer_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -19,7 +20,10 @@ class PeriodicCheckpointer(_PeriodicCheckpointerBase, HookBase):
         self.max_iter = self.trainer.max_iter
 
     def after_step(self):
-        self.step(self.trainer.iter)
+        iteration = self.trainer.iter
+        if (iteration + 1) % self.period == 0 or (self.max_iter is not None and iteration >= self.max_iter - 1):
+            flush_trainer_metrics(self.trainer)  # a NaN loss raises here, before its weights are saved
+        self.step(iteration)
 
 
 def _is_finite_number(value) -> bool:

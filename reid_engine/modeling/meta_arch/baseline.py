@@ -82,7 +82,10 @@ class Baseline(nn.Module):
                              f"{self.pixel_mean.shape[1]} values")
         images = images.to(self.device, non_blocking=True)
         # sub/div are out of place: the caller's tensor stays as it was.
-        return images.to(self.pixel_mean.dtype).sub(self.pixel_mean).div(self.pixel_std)
+        images = images.to(self.pixel_mean.dtype).sub(self.pixel_mean).div(self.pixel_std)
+        if getattr(self, "channels_last", False):  # set by build_model (MODEL.CHANNELS_LAST)
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images
 
     def forward(self, batch: Union[Mapping[str, torch.Tensor], torch.Tensor]
                 ) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:

@@ -1,14 +1,15 @@
 """Meta-architecture registry and `build_model` (MODEL.META_ARCHITECTURE, MODEL.DEVICE)."""
 import logging
 
+import torch
 from torch import nn
 
 from reid_engine.utils.env import resolve_device
-from reid_engine.utils.registry import Registry
+from reid_engine.utils.registry import Registry, check_choice
 
 from .summary import log_model_summary
 
-__all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config"]
+__all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config", "use_channels_last", "CHANNELS_LAST_CHOICES"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ def check_model_config(cfg) -> None:
         UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
     """
     META_ARCH_REGISTRY.check_config(cfg)
+    check_choice(cfg.MODEL.CHANNELS_LAST, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
 
 
 def build_model(cfg) -> nn.Module:
@@ -49,5 +51,28 @@ def build_model(cfg) -> nn.Module:
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
     model.to(device)
-    logger.info("Built %s on %s", name, device)
+    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    model.channels_last = channels_last  # preprocess_image lays the images out to match
+    if cfg.MODEL.COMPILE:
+        # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
+        model.compile()
+    logger.info("Built %s on %s%s%s", name, device, ", channels_last" if channels_last else "",
+                ", compiled (torch.compile)" if cfg.MODEL.COMPILE else "")
     return model
+
+
+CHANNELS_LAST_CHOICES = ("auto", "on", "off")
+
+
+def use_channels_last(setting: str, device: torch.device) -> bool:
+    """Whether MODEL.CHANNELS_LAST turns the channels_last memory format on for `device`.
+
+    Args:
+        setting: "auto" (on for CUDA, where convolutions are faster in it; off on the CPU),
+            "on" or "off".
+        device: the model's device.
+    """
+    check_choice(setting, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
