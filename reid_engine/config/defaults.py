@@ -160,7 +160,7 @@ _C.DATASETS.COMBINEALL = False
 # ---------------------------------------------------------------------------- #
 _C.DATALOADER = CN()
 # TrainingSampler NaiveIdentitySampler BalancedIdentitySampler
-# SetReWeightSampler ImbalancedDatasetSampler
+# SetReWeightSampler ImbalancedDatasetSampler DomainBalancedSampler (ours)
 _C.DATALOADER.SAMPLER_TRAIN = "TrainingSampler"
 _C.DATALOADER.NUM_INSTANCE = 4  # K images per identity in a P x K batch
 _C.DATALOADER.NUM_WORKERS = 8

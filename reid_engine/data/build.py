@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Stack sample dicts into ``{"images": uint8 (B, 3, H, W), "targets": int64 (B,),
-    "camids": int64 (B,), "img_paths": list[str]}``.
+    "camids": int64 (B,), "img_paths": list[str]}``, plus ``"domains": int64 (B,)`` when
+    the samples carry a ``"domain"`` (training samples do, test samples do not).
 
     Raises:
         ConfigError: the images of the batch differ in size (one line naming the fix).
@@ -41,13 +42,16 @@ def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         sizes = sorted({tuple(img.shape[1:]) for img in images})
         raise ConfigError(f"images of one batch have different sizes {sizes}; set "
                           f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
-    return {
+    batch = {
         # default_collate stacks into shared memory inside a worker, saving one copy.
         "images": default_collate(images),
         "targets": torch.tensor([s["target"] for s in samples], dtype=torch.int64),
         "camids": torch.tensor([s["camid"] for s in samples], dtype=torch.int64),
         "img_paths": [s["img_path"] for s in samples],
     }
+    if "domain" in samples[0]:
+        batch["domains"] = torch.tensor([s["domain"] for s in samples], dtype=torch.int64)
+    return batch
 
 
 class TrainCollator:
@@ -201,12 +205,13 @@ def _per_worker_batch(total: int, world_size: int, key: str) -> int:
     return total // world_size
 
 
-def _build_train_sampler(cfg, items, set_ids: Optional[np.ndarray], batch_size: int,
+def _build_train_sampler(cfg, items, domains: np.ndarray, batch_size: int,
                          seed: int) -> InfiniteSampler:
-    """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for."""
+    """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for
+    (``set_ids`` are the items' domain indices)."""
     name = cfg.DATALOADER.SAMPLER_TRAIN
     cls = SAMPLER_REGISTRY.get(name)
-    available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": set_ids,
+    available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": domains,
                  "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
     extra = {k: available[k] for k in cls.extra_args}
     k = cfg.DATALOADER.NUM_INSTANCE
@@ -245,12 +250,14 @@ def build_reid_train_loader(cfg) -> TrainLoader:
 
     Reads DATASETS.NAMES / ROOT / COMBINEALL, DATALOADER.*, SOLVER.IMS_PER_BATCH and SEED.
     The stream seed is ``SEED`` when >= 0, else a random seed shared by all ranks; it is part
-    of the loader's state, so a resumed run continues the same stream.
+    of the loader's state, so a resumed run continues the same stream. Each image's domain
+    is the position of its training set in DATASETS.NAMES (0 for a single set).
 
     Args:
         cfg: the config.
     Returns:
-        A :class:`TrainLoader` yielding ``{"images", "targets", "camids", "img_paths"}``.
+        A :class:`TrainLoader` yielding ``{"images", "targets", "camids", "domains",
+        "img_paths"}``.
     """
     root = resolve_data_root(cfg.DATASETS.ROOT)
     names = list(cfg.DATASETS.NAMES)
@@ -261,15 +268,17 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     if not items:
         raise DatasetFormatError(f"the training split of {names} is empty; check the dataset folders "
                                  f"under the data root '{root}'")
-    # merge_train_sets keeps dataset order, so each item's set follows from the set sizes.
-    sizes = [len(ds.train) for ds in datasets]
-    set_ids = np.repeat(np.arange(len(sizes)), sizes) if sum(sizes) == len(items) else None
+    # merge_train_sets keeps dataset order, so each item's domain follows from the set sizes.
+    domains = np.repeat(np.arange(len(datasets)), [len(ds.train) for ds in datasets])
     batch_size = _per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(),
                                    "SOLVER.IMS_PER_BATCH")
     seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
-    sampler = _build_train_sampler(cfg, items, set_ids, batch_size, seed)
+    sampler = _build_train_sampler(cfg, items, domains, batch_size, seed)
     pipeline = build_transforms(cfg, is_train=True)
-    dataset = TrainImageSet(items, pipeline, num_classes, num_cameras)
+    dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains)
+    if len(names) > 1:
+        logger.info("Training domains: %s", ", ".join(
+            f"{d} = {name} ({ds.num_train_pids} ids)" for d, (name, ds) in enumerate(zip(names, datasets))))
     logger.info("Train loader: %d images, %d ids, %d cameras from %s; %s, %d images per batch "
                 "per worker, %d loader workers, stream seed %d", len(items), num_classes,
                 num_cameras, ", ".join(names), type(sampler).__name__, batch_size,

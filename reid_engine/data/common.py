@@ -88,22 +88,34 @@ class TrainImageSet(ImageItemSet):
 
     The second part seeds the sample's augmentation generator (see :func:`sample_rng`), so a
     sample's augmentation depends only on where it sits in the stream, not on the worker
-    process that builds it. The sample dict also carries that ``"stream_key"``.
+    process that builds it. The sample dict also carries that ``"stream_key"`` and the
+    item's ``"domain"``: the position of its training set in ``DATASETS.NAMES``.
 
     Args:
         items: the merged training items (relabelled pids, 0-based cameras).
         transform: the training pipeline.
         num_classes: number of training identities.
         num_cameras: number of training cameras.
+        domains: the domain index of every item (``None``: all 0, a single source).
+    Raises:
+        ValueError: ``domains`` is not one index per item.
     """
 
-    def __init__(self, items: Sequence[Item], transform, num_classes: int, num_cameras: int):
+    def __init__(self, items: Sequence[Item], transform, num_classes: int, num_cameras: int,
+                 domains: Optional[Sequence[int]] = None):
         super().__init__(items, transform)
         self.num_classes = int(num_classes)
         self.num_cameras = int(num_cameras)
+        self.domains = (np.zeros(len(self.items), dtype=np.int64) if domains is None
+                        else np.asarray(domains, dtype=np.int64))
+        if self.domains.shape != (len(self.items),):
+            raise ValueError(f"TrainImageSet: {self.domains.size} domain indices for "
+                             f"{len(self.items)} items")
+        self.num_domains = int(self.domains.max()) + 1 if len(self.items) else 0
 
     def __getitem__(self, key) -> Dict[str, Any]:
         index, stream_key = key
         sample = self.load(index, sample_rng(*stream_key))
+        sample["domain"] = int(self.domains[index])
         sample["stream_key"] = stream_key
         return sample

@@ -87,7 +87,8 @@ def test_train_batches_have_the_documented_layout(data_root, reference):
     assert loader.dataset.num_classes == IDS and loader.dataset.num_cameras == 2
     assert len(loader.dataset) == IDS * PER_ID
     batch = reference[0]
-    assert set(batch) == {"images", "targets", "camids", "img_paths"}
+    assert set(batch) == {"images", "targets", "camids", "domains", "img_paths"}
+    assert batch["domains"].dtype == torch.int64 and batch["domains"].tolist() == [0] * 4  # one source
     assert batch["images"].dtype == torch.uint8 and batch["images"].shape == (4, 3, 32, 16)
     assert batch["targets"].dtype == torch.int64 and batch["camids"].dtype == torch.int64
     assert len(batch["img_paths"]) == 4 and all(os.path.isfile(p) for p in batch["img_paths"])

@@ -10,11 +10,13 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from reid_engine.config import ConfigError
+
 from .base import InfiniteSampler
 from .registry import SAMPLER_REGISTRY
 
 __all__ = ["IdentitySampler", "NaiveIdentitySampler", "BalancedIdentitySampler",
-           "SetReWeightSampler", "apportion"]
+           "SetReWeightSampler", "apportion", "pids_per_set"]
 
 
 class IdentitySampler(InfiniteSampler):
@@ -26,7 +28,7 @@ class IdentitySampler(InfiniteSampler):
         num_instances: K, images per identity in a batch.
         seed, rank, world_size: see :class:`InfiniteSampler`.
     Raises:
-        ValueError: the batch is not a multiple of K, or there are fewer ids than a batch needs.
+        ConfigError: the batch is not a multiple of K, or there are fewer ids than a batch needs.
     """
 
     extra_args = ("num_instances",)
@@ -35,7 +37,7 @@ class IdentitySampler(InfiniteSampler):
         super().__init__(data_source, mini_batch_size, **kwargs)
         k = int(num_instances)
         if k < 1 or self.mini_batch_size % k:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__}: the per-worker batch ({self.mini_batch_size}) must be "
                 f"a positive multiple of the images per id ({k}); change SOLVER.IMS_PER_BATCH "
                 f"or DATALOADER.NUM_INSTANCE")
@@ -49,7 +51,7 @@ class IdentitySampler(InfiniteSampler):
         self.pid_indices: Dict[int, np.ndarray] = {
             pid: chunk for pid, chunk in zip(self.pids, np.split(order, starts[1:]))}
         if len(self.pids) < self.ids_per_batch:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__}: a batch of {self.global_batch_size} images with {k} "
                 f"per id needs {self.ids_per_batch} identities but the training set has only "
                 f"{len(self.pids)}; lower SOLVER.IMS_PER_BATCH or raise DATALOADER.NUM_INSTANCE")
@@ -68,7 +70,7 @@ class IdentitySampler(InfiniteSampler):
         return [sequence[i:i + k] for i in range(0, len(sequence) - k + 1, k)]
 
 
-class _GroupPool:
+class GroupPool:
     """Per-id queues of K-index groups from which batches of distinct ids are drawn.
 
     Args:
@@ -118,7 +120,7 @@ class NaiveIdentitySampler(IdentitySampler):
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         rng = self.epoch_rng(epoch)
-        pool = _GroupPool(self, self.pids, rng)
+        pool = GroupPool(self, self.pids, rng)
         groups: List[np.ndarray] = []
         while True:
             batch = pool.draw(self.ids_per_batch)
@@ -148,6 +150,35 @@ class BalancedIdentitySampler(NaiveIdentitySampler):
             seen[cam] = turn + 1
             keys.append(turn * len(cam_rank) + cam_rank[cam])  # round, then camera
         return self._chunk(shuffled[np.argsort(keys, kind="stable")], indices, rng)
+
+
+def pids_per_set(sampler: IdentitySampler, set_ids: Optional[Sequence[int]]) -> List[List[int]]:
+    """Group a P x K sampler's identities by the training set (domain) of their images.
+
+    Args:
+        sampler: the sampler (its ``pids``, ``pid_indices`` and ``num_items``).
+        set_ids: the training set of every item (0..S-1, aligned with the items): its
+            position in DATASETS.NAMES.
+    Returns:
+        For each set 0..S-1, its ids in sorted order.
+    Raises:
+        ValueError: ``set_ids`` is missing or not one per item, or an id spans two sets.
+    """
+    name = type(sampler).__name__
+    if set_ids is None:
+        raise ValueError(f"{name} needs the training set of every item (set_ids); build it "
+                         f"through build_reid_train_loader")
+    set_ids = np.asarray(set_ids, dtype=np.int64)
+    if set_ids.shape != (sampler.num_items,):
+        raise ValueError(f"{name}: {set_ids.size} set ids for {sampler.num_items} items")
+    groups: List[List[int]] = [[] for _ in range(int(set_ids.max()) + 1)]
+    for pid in sampler.pids:  # sorted, so every group is sorted
+        sets = np.unique(set_ids[sampler.pid_indices[pid]])
+        if len(sets) > 1:
+            raise ValueError(f"{name}: identity {pid} spans several training sets; merged sets "
+                             f"must keep their ids apart")
+        groups[int(sets[0])].append(pid)
+    return groups
 
 
 def apportion(total: int, weights: Sequence[float]) -> List[int]:
@@ -188,38 +219,26 @@ class SetReWeightSampler(NaiveIdentitySampler):
                  set_ids: Optional[Sequence[int]] = None, set_weight: Sequence[float] = (),
                  **kwargs):
         super().__init__(data_source, mini_batch_size, **kwargs)
-        if set_ids is None:
-            raise ValueError("SetReWeightSampler needs the training set of every item "
-                             "(set_ids); build it through build_reid_train_loader")
-        set_ids = np.asarray(set_ids, dtype=np.int64)
-        if len(set_ids) != self.num_items:
-            raise ValueError(f"SetReWeightSampler: {len(set_ids)} set ids for "
-                             f"{self.num_items} items")
-        num_sets = int(set_ids.max()) + 1
+        self.set_pids = pids_per_set(self, set_ids)
+        num_sets = len(self.set_pids)
         weights = list(set_weight) or [1.0] * num_sets
         if len(weights) != num_sets or min(weights) < 0 or sum(weights) <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"DATALOADER.SET_WEIGHT must hold {num_sets} non-negative weights (one per "
                 f"training set in DATASETS.NAMES) with a positive sum, got {list(set_weight)}")
         self.set_weight = [float(w) for w in weights]
         self.set_quota = apportion(self.ids_per_batch, self.set_weight)
-        self.set_pids: List[List[int]] = []
-        for s in range(num_sets):
-            pids = [pid for pid in self.pids if set_ids[self.pid_indices[pid][0]] == s]
-            if any(set_ids[self.pid_indices[pid]].min() != s for pid in pids):
-                raise ValueError("SetReWeightSampler: an identity spans several training sets; "
-                                 "merged sets must keep their ids apart")
+        for s, pids in enumerate(self.set_pids):
             if len(pids) < self.set_quota[s]:
-                raise ValueError(
+                raise ConfigError(
                     f"SetReWeightSampler: training set {s} has {len(pids)} ids but its weight "
                     f"asks for {self.set_quota[s]} per batch; lower its DATALOADER.SET_WEIGHT "
                     f"or SOLVER.IMS_PER_BATCH")
-            self.set_pids.append(pids)
         self.batches_per_epoch = max(1, self.num_items // self.global_batch_size)
 
     def epoch_indices(self, epoch: int) -> np.ndarray:
         rng = self.epoch_rng(epoch)
-        pools = [(_GroupPool(self, pids, rng, refill=True), quota)
+        pools = [(GroupPool(self, pids, rng, refill=True), quota)
                  for pids, quota in zip(self.set_pids, self.set_quota) if quota > 0]
         groups: List[np.ndarray] = []
         for _ in range(self.batches_per_epoch):
