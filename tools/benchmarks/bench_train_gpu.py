@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Benchmark training throughput: the model-only step, the full trainer loop, the loader alone.
+
+The workload ReID papers use as their baseline: BoT ResNet-50 (configs/Market1501/
+bagtricks_R50.yml: 256x128, batch 64 = 16 ids x 4, last stride 1), from scratch, on
+SyntheticReID (generated under --data-root on first use). For each variant it prints
+images/s and the peak GPU memory of:
+- model: forward, losses, backward and optimizer step on one fixed batch already on the
+  device (no data loading, no hooks);
+- trainer: the real DefaultTrainer built from the config (data loader, prefetcher, hooks,
+  logging, loss staging), timed over --iters iterations after --warmup;
+- loader: the training data loader alone (decode, augment, collate), no model.
+Variants: fp32, fp16, bf16 (SOLVER.AMP.DTYPE), +cl (MODEL.CHANNELS_LAST on), +compile
+(MODEL.COMPILE). Throughput is measured over the whole timed window with one device
+synchronisation at each end, never per step.
+
+Examples:
+    python tools/benchmarks/bench_train_gpu.py                               # on a CUDA machine
+    python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile --iters 200
+    python tools/benchmarks/bench_train_gpu.py --device cpu --depth 18x --size 64 32 --batch 16 \
+        --iters 4 --warmup 1 --variants fp32 bf16       # a smoke run on a CPU
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+from bench_model import make_batch
+
+from reid_engine.config import get_cfg
+from reid_engine.data import build_reid_train_loader
+from reid_engine.engine import DefaultTrainer
+from reid_engine.engine.train_loop import HookBase, resolve_amp_dtype
+from reid_engine.solver import build_optimizer
+from reid_engine.utils.logger import setup_logger
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_VARIANTS = ["fp32", "fp16", "bf16", "bf16+cl", "bf16+cl+compile"]
+
+
+def variant_config(args, variant: str, output_dir: str):
+    """The BoT config with the variant's AMP dtype, memory format and compile switches."""
+    cfg = get_cfg()
+    cfg.merge_from_file(args.config_file)
+    parts = variant.split("+")
+    cfg.MODEL.DEVICE = args.device
+    cfg.MODEL.BACKBONE.DEPTH = args.depth
+    cfg.MODEL.BACKBONE.PRETRAIN = False
+    cfg.MODEL.CHANNELS_LAST = "on" if "cl" in parts else "off"
+    cfg.MODEL.COMPILE = "compile" in parts
+    cfg.SOLVER.AMP.ENABLED = parts[0] != "fp32"
+    cfg.SOLVER.AMP.DTYPE = {"fp16": "float16", "bf16": "bfloat16"}.get(parts[0], "auto")
+    cfg.SOLVER.IMS_PER_BATCH = args.batch
+    cfg.SOLVER.CHECKPOINT_PERIOD = 10_000
+    cfg.INPUT.SIZE_TRAIN = list(args.size)
+    cfg.INPUT.SIZE_TEST = list(args.size)
+    cfg.DATASETS.NAMES = ("SyntheticReID",)
+    cfg.DATASETS.TESTS = ("SyntheticReID",)
+    cfg.DATASETS.ROOT = args.data_root
+    cfg.DATALOADER.NUM_WORKERS = args.workers
+    cfg.OUTPUT_DIR = output_dir
+    cfg.SEED = 0
+    return cfg
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_gb(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
+
+
+def bench_model_step(cfg, args, num_classes: int) -> tuple:
+    """(images/s, peak GB) of the bare training step on one fixed device batch."""
+    cfg = cfg.clone()
+    cfg.MODEL.HEADS.NUM_CLASSES = num_classes
+    model = DefaultTrainer.build_model(cfg)
+    device = model.device
+    optimizer = build_optimizer(cfg, model)
+    dtype = resolve_amp_dtype(cfg.SOLVER.AMP.DTYPE, device.type) if cfg.SOLVER.AMP.ENABLED else None
+    scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
+    batch = make_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, device)
+    _reset_peak(device)
+    for step in range(args.warmup + args.iters):
+        if step == args.warmup:
+            _sync(device)
+            start = time.perf_counter()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            loss = sum(model(batch).values())
+        optimizer.zero_grad(set_to_none=True)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+    _sync(device)
+    return args.batch * args.iters / (time.perf_counter() - start), _peak_gb(device)
+
+
+class _Window(HookBase):
+    """Times iterations warmup .. end with one synchronisation at each end."""
+
+    def __init__(self, warmup: int, device: torch.device):
+        self.warmup, self.device, self.start, self.seconds = warmup, device, None, None
+
+    def before_step(self):
+        if self.trainer.iter == self.warmup:
+            _sync(self.device)
+            _reset_peak(self.device)
+            self.start = time.perf_counter()
+
+    def after_train(self):
+        _sync(self.device)
+        if self.start is not None:
+            self.seconds = time.perf_counter() - self.start
+
+
+class _TrainOnlyTrainer(DefaultTrainer):
+    """The DefaultTrainer without the final evaluation (not part of the training loop)."""
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None):
+        return {}
+
+
+def bench_trainer(cfg, args) -> tuple:
+    """(images/s, peak GB, number of classes) of the full DefaultTrainer loop."""
+    trainer = _TrainOnlyTrainer(cfg)
+    trainer.max_iter = args.warmup + args.iters
+    window = _Window(args.warmup, trainer.model.device if hasattr(trainer.model, "device") else torch.device(args.device))
+    trainer.register_hooks([window])
+    trainer._trainer._hooks = trainer._hooks
+    trainer.train()
+    num_classes = trainer.cfg.MODEL.HEADS.NUM_CLASSES
+    return args.batch * args.iters / window.seconds, _peak_gb(window.device), num_classes
+
+
+def bench_loader(cfg, args) -> float:
+    """Images/s of the training loader alone."""
+    batches = iter(build_reid_train_loader(cfg))
+    for _ in range(args.warmup):
+        next(batches)
+    start = time.perf_counter()
+    for _ in range(args.iters):
+        next(batches)
+    return args.batch * args.iters / (time.perf_counter() - start)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-file", default=os.path.join(REPO, "configs", "Market1501", "bagtricks_R50.yml"))
+    parser.add_argument("--data-root", default=os.path.join(REPO, "datasets"))
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
+    parser.add_argument("--depth", default="50x")
+    parser.add_argument("--size", nargs=2, type=int, default=[256, 128], metavar=("H", "W"))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="DATALOADER.NUM_WORKERS")
+    parser.add_argument("--iters", type=int, default=100, help="timed iterations")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed iterations first")
+    parser.add_argument("--skip-loader", action="store_true")
+    args = parser.parse_args(argv)
+    setup_logger()
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    print(f"torch {torch.__version__}, {name}, BoT R{args.depth[:-1]} {args.size[0]}x{args.size[1]}, "
+          f"batch {args.batch}, {args.workers} loader workers, {args.iters} timed iterations after {args.warmup}")
+    rows = []
+    with tempfile.TemporaryDirectory() as out:
+        for variant in args.variants:
+            cfg = variant_config(args, variant, os.path.join(out, variant))
+            trainer_ips, trainer_gb, num_classes = bench_trainer(cfg, args)
+            model_ips, model_gb = bench_model_step(cfg, args, num_classes)
+            rows.append((variant, model_ips, model_gb, trainer_ips, trainer_gb))
+            print(f"{variant}: model {model_ips:.0f} img/s ({model_gb:.2f} GB), "
+                  f"trainer {trainer_ips:.0f} img/s ({trainer_gb:.2f} GB)", flush=True)
+        loader_ips = None if args.skip_loader else bench_loader(variant_config(args, "fp32", out), args)
+    print()
+    print("| variant | model-only img/s | peak GB | trainer loop img/s | peak GB | trainer / model |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for variant, model_ips, model_gb, trainer_ips, trainer_gb in rows:
+        print(f"| {variant} | {model_ips:.0f} | {model_gb:.2f} | {trainer_ips:.0f} | {trainer_gb:.2f} | "
+              f"{trainer_ips / model_ips:.2f} |")
+    if loader_ips is not None:
+        print(f"\nloader alone: {loader_ips:.0f} img/s ({args.workers} workers)"
+              + (f"; median trainer rate {statistics.median(r[3] for r in rows):.0f} img/s" if rows else ""))
+    print("command: python tools/benchmarks/bench_train_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
