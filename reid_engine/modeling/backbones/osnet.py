@@ -29,11 +29,12 @@ output is always 1/16 of the input (16x8 for 256x128).
 """
 import logging
 from collections import OrderedDict
-from typing import Mapping, Optional, Sequence
+from typing import Container, Mapping, Optional, Sequence
 
 from torch import Tensor, nn
 
 from reid_engine.config import ConfigError
+from reid_engine.utils.checkpoint import CheckpointError, CheckpointNotFoundError, load_checkpoint_file
 from reid_engine.utils.registry import check_choice, lookup
 
 from ..layers import NORM_NAMES, get_norm
@@ -306,36 +307,51 @@ def build_osnet_backbone(cfg) -> OSNet:
     ain, channels = OSNET_DEPTHS[opts.DEPTH]
     model = OSNet(channels, opts.NORM, with_ibn=opts.WITH_IBN, ain=ain)
     if opts.PRETRAIN:
-        result = load_imagenet_weights(model, opts.PRETRAIN_PATH, "OSNet")
-        _check_variant(result, opts.PRETRAIN_PATH, opts.DEPTH, opts.WITH_IBN)
+        _refuse_other_variant(opts.PRETRAIN_PATH, opts.DEPTH, opts.WITH_IBN)
+        load_imagenet_weights(model, opts.PRETRAIN_PATH, "OSNet")
     return model
 
 
 build_osnet_backbone.check_config = check_osnet_config
 
 
-# Norm statistics: absent in GN / InstanceNorm, so not a sign of another variant.
-_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+def _variant(ain: bool, with_ibn: bool) -> str:
+    return "OSNet-AIN" if ain else "OSNet-IBN" if with_ibn else "OSNet"
 
 
-def _check_variant(result, path: str, depth: str, with_ibn: bool) -> None:
-    """Refuse an ImageNet file of another OSNet variant (plain / IBN / AIN), whose tensors
-    mostly fit but whose instance norms do not: its missing or unused weight tensors."""
-    def structural(keys):
-        return sorted(k for k in keys if not k.endswith(_STATISTICS))
+def _file_variant(state: Mapping[str, Tensor]) -> Optional[str]:
+    """The OSNet variant of a torchreid ImageNet state dict, None when it is no OSNet file."""
+    keys = {key[len("module."):] if key.startswith("module.") else key for key in state}
+    if not _is_torchreid_osnet(keys):
+        return None
+    return _variant(ain="conv2.0.conv2.0.layers.0.conv1.weight" in keys, with_ibn="conv2.0.IN.weight" in keys)
 
-    missing, unexpected = structural(result.missing_keys), structural(result.unexpected_keys)
-    if not (missing or unexpected):
+
+def _refuse_other_variant(path: str, depth: str, with_ibn: bool) -> None:
+    """Refuse a torchreid file of another OSNet variant (plain / IBN / AIN) before loading it.
+
+    Such a file mostly fits, so the loader would take it silently, or torch would fail on
+    BatchNorm statistics for conv1's InstanceNorm; a one-line error says which file to use.
+    Unreadable or missing files are left to load_imagenet_weights, which reports them.
+    """
+    try:
+        found = _file_variant(load_checkpoint_file(path)["model"])
+    except (CheckpointError, CheckpointNotFoundError):
         return
-    wanted = f"osnet_{'ibn_' if with_ibn else ''}{depth}_imagenet.pth"
-    examples = "; ".join(f"{what} {len(keys)} (e.g. {keys[0]})"
-                         for what, keys in (("missing", missing), ("unused", unexpected)) if keys)
+    ain, _ = OSNET_DEPTHS[depth]
+    wanted = _variant(ain, with_ibn)
+    if found is None or found == wanted:
+        return
+    width = depth[len(_AIN_PREFIX):] if ain else depth
+    fix = {"OSNet": f"WITH_IBN False and DEPTH {width}", "OSNet-IBN": f"WITH_IBN True and DEPTH {width}",
+           "OSNet-AIN": f"WITH_IBN False and DEPTH {_AIN_PREFIX}{width}"}[found]
+    release = "osnet_" + ("ibn_" if with_ibn else "") + depth + "_imagenet.pth"
     raise WeightsFamilyError(
-        f"MODEL.BACKBONE.PRETRAIN_PATH: {path} is another OSNet variant than DEPTH {depth} WITH_IBN {with_ibn} "
-        f"({examples}); point it to torchreid's {wanted} or set WITH_IBN / DEPTH to the file's variant")
+        f"MODEL.BACKBONE.PRETRAIN_PATH: {path} holds {found} weights, but the backbone is {wanted} "
+        f"(DEPTH {depth}, WITH_IBN {with_ibn}); point it to torchreid's {release} or set {fix}")
 
 
-def _is_torchreid_osnet(state: Mapping[str, Tensor]) -> bool:
+def _is_torchreid_osnet(state: Container[str]) -> bool:
     # the omni-scale block's shared channel gate, with torchreid's stem and final conv
     return all(key in state for key in ("conv1.conv.weight", "conv2.0.gate.fc1.weight", "conv5.conv.weight"))
 
