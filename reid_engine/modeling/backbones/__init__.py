@@ -1,4 +1,4 @@
-"""Backbones: registry, builder and the families (ResNet, OSNet, ...)."""
+"""Backbones: registry, builder and the ResNet family."""
 from .build import BACKBONE_REGISTRY, build_backbone
 from .imagenet_weights import (
     WEIGHT_FAMILIES,
