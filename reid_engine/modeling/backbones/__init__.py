@@ -8,6 +8,7 @@ from .imagenet_weights import (
     load_imagenet_weights,
     register_weights_family,
 )
+from .osnet import OSNET_DEPTHS, OSNet, build_osnet_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 
 __all__ = [
@@ -19,6 +20,9 @@ __all__ = [
     "WeightsFamilyError",
     "load_imagenet_weights",
     "register_weights_family",
+    "OSNET_DEPTHS",
+    "OSNet",
+    "build_osnet_backbone",
     "RESNET_DEPTHS",
     "BasicBlock",
     "Bottleneck",
