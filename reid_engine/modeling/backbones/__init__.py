@@ -1,4 +1,4 @@
-"""Backbones: registry, builder and the ResNet family."""
+"""Backbones: registry, builder, ImageNet-weights loading and the families."""
 from .build import BACKBONE_REGISTRY, build_backbone
 from .imagenet_weights import (
     WEIGHT_FAMILIES,
@@ -8,8 +8,11 @@ from .imagenet_weights import (
     load_imagenet_weights,
     register_weights_family,
 )
+from .mobilenetv2 import MOBILENETV2_DEPTHS, MobileNetV2, build_mobilenetv2_backbone
+from .mobilenetv3 import MOBILENETV3_DEPTHS, MobileNetV3, build_mobilenetv3_backbone
 from .osnet import OSNET_DEPTHS, OSNet, build_osnet_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
+from .shufflenetv2 import SHUFFLENETV2_DEPTHS, ShuffleNetV2, build_shufflenetv2_backbone
 
 __all__ = [
     "BACKBONE_REGISTRY",
@@ -28,4 +31,13 @@ __all__ = [
     "Bottleneck",
     "ResNet",
     "build_resnet_backbone",
+    "MOBILENETV2_DEPTHS",
+    "MobileNetV2",
+    "build_mobilenetv2_backbone",
+    "MOBILENETV3_DEPTHS",
+    "MobileNetV3",
+    "build_mobilenetv3_backbone",
+    "SHUFFLENETV2_DEPTHS",
+    "ShuffleNetV2",
+    "build_shufflenetv2_backbone",
 ]
