@@ -9,6 +9,7 @@ DataParallel's "module." prefix. A file in which most of the model's tensors are
 found (by name and shape) is refused with one line that names the family the file looks
 like and the family the config builds.
 """
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
@@ -89,6 +90,24 @@ def _strip_module_prefix(state: StateDict) -> StateDict:
     return state
 
 
+def _current_versions(model: nn.Module, state: StateDict) -> "OrderedDict[str, dict]":
+    """Per-module version metadata for a renamed state dict (renaming lost the file's).
+
+    Without metadata torch treats every module as saved before version 0.4, which breaks
+    norms whose buffers changed since. The tensors are in today's layout, except that many
+    releases omit BatchNorm's ``num_batches_tracked``: those norms keep the old version, so
+    torch fills the counter in silently instead of reporting it missing.
+    """
+    versions = OrderedDict()
+    for name, module in model.named_modules():
+        counter = f"{name}.num_batches_tracked" if name else "num_batches_tracked"
+        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats \
+                and counter not in state:
+            continue
+        versions[name] = {"version": module._version}
+    return versions
+
+
 class _ImageNetWeightsLoader(Checkpointer):
     """A Checkpointer for ImageNet classifier files of one family: renames the keys, drops
     the classifier, refuses another family's file, and keeps the key-matching result
@@ -104,8 +123,9 @@ class _ImageNetWeightsLoader(Checkpointer):
     def _load_file(self, f: str) -> Dict[str, Any]:
         raw = _strip_module_prefix(dict(super()._load_file(f)["model"]))
         state = self.family.rename(dict(raw))
-        state = {k: v for k, v in state.items() if not k.startswith(self.family.dropped_prefixes)}
+        state = OrderedDict((k, v) for k, v in state.items() if not k.startswith(self.family.dropped_prefixes))
         self._check_family(f, raw, state)
+        state._metadata = _current_versions(self.model, state)
         return {"model": state}
 
     def _check_family(self, path: str, raw: StateDict, state: StateDict) -> None:
