@@ -72,7 +72,7 @@ class cuhk02(ImageDataset):
         combineall: fold query + gallery into training.
     """
 
-    LAYOUT = "Dataset/P1 ... Dataset/P5, each with cam1/ and cam2/ holding images named <pid>_<k>.png"
+    LAYOUT = "P1/ ... P5/, each with cam1/ and cam2/ holding images named <pid>_<k>.png"
     PAIRS = ("P1", "P2", "P3", "P4", "P5")
     TEST_PAIR = "P5"
     NAME = re.compile(r"(\d+)_")
