@@ -24,7 +24,7 @@ from .market_style import MarketStyleDataset, parse_market_style_folder
 from .msmt17 import MSMT17
 from .paths import DatasetNotFoundError, resolve_data_root
 from .registry import DATASET_REGISTRY
-from .split_benchmarks import ilids, prid, viper
+from .split_benchmarks import grid, ilids, prid, viper
 from .splits import SplitFileError
 from .synthetic import SyntheticReID, SyntheticReIDTiny
 from .training_only import (
@@ -63,5 +63,5 @@ __all__ = [
     "VeRiWild", "SmallVeRiWild", "MediumVeRiWild", "LargeVeRiWild",
     "cuhkSYSU", "AirportALERT", "iLIDS", "PKU", "PRAI", "PRID", "GRID", "SAIVT", "SenseReID", "SYSU_mm",
     "Thermalworld", "PeS3D", "CAVIARa", "VIPeR", "LPW", "Shinpuhkan", "WildTrackCrop",
-    "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid",
+    "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid", "grid",
 ]

@@ -1,9 +1,10 @@
-"""torchreid's small person benchmarks with random train / test splits: ``viper``, ``ilids``, ``prid``.
+"""torchreid's small person benchmarks with several train / test splits: ``viper``, ``ilids``, ``prid``, ``grid``.
 
 Registered under torchreid's (lowercase) names and read from torchreid's folders; the
-split is picked with ``DATASETS.SPLIT_ID`` from the file :mod:`.splits` keeps beside the
-data. fast-reid's training-only versions of VIPeR, iLIDS and PRID are the capitalised
-``VIPeR``, ``iLIDS`` and ``PRID`` (:mod:`.training_only`).
+split is picked with ``DATASETS.SPLIT_ID``: from the random draws :mod:`.splits` keeps
+beside the data, or for ``grid`` from the partitions of the release. fast-reid's
+training-only versions are the capitalised ``VIPeR``, ``iLIDS``, ``PRID`` and ``GRID``
+(:mod:`.training_only`).
 """
 
 import os
@@ -14,7 +15,8 @@ from typing import Dict, List
 
 from .bases import DatasetFormatError, ImageDataset, Item
 from .layout import list_files, match_names
-from .paths import DatasetNotFoundError, find_dataset_dir, require_dir
+from .matfile import read_mat
+from .paths import DatasetNotFoundError, find_dataset_dir, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
     SPLIT_FILE_NAME,
@@ -26,7 +28,7 @@ from .splits import (
     split_mismatch,
 )
 
-__all__ = ["viper", "ilids", "prid", "two_way_split"]
+__all__ = ["viper", "ilids", "prid", "grid", "two_way_split", "read_grid_partitions"]
 
 
 def two_way_split(split_id: int, draws: List[Split], path: str, dataset: str):
@@ -196,4 +198,64 @@ class prid(ImageDataset):  # noqa: N801 (torchreid's registered name)
         distractors = sorted(pid for pid in cam_b if pid > self.NUM_PAIRED)
         gallery = [(cam_b[pid], pid, 1) for pid in list(split["test"]) + distractors]
         super().__init__(train, query, gallery, name, combineall=combineall, distractor_pids=distractors,
+                         source=self.dataset_dir)
+
+
+def read_grid_partitions(mat_path: str, dataset: str) -> List[List[int]]:
+    """The training ids of each partition in GRID's ``features_and_partitions.mat``.
+
+    The variable ``trainIdxAll`` is a cell array of 1x1 structs; the third field of each
+    lists the partition's training ids (125 of the 250 paired people in the release).
+
+    Raises:
+        MatFileError / DatasetFormatError: the file cannot be read or holds no such variable.
+    """
+    cells = read_mat(mat_path).get("trainIdxAll")
+    try:
+        partitions = [[int(v) for v in list(cell.flat[0].values())[2].flat] for cell in cells.flat]
+    except (AttributeError, IndexError, TypeError, ValueError):
+        partitions = []
+    if not partitions:
+        raise DatasetFormatError(f"{dataset}: '{mat_path}' holds no trainIdxAll partitions (a cell array of structs "
+                                 f"whose third field lists training ids); restore features_and_partitions.mat from "
+                                 f"the GRID release")
+    return partitions
+
+
+@DATASET_REGISTRY.register()
+class grid(ImageDataset):  # noqa: N801 (torchreid's registered name)
+    """GRID as torchreid evaluates it: the release's 10 partitions (SPLIT_ID 0..9).
+
+    ``grid/underground_reid/probe/`` and ``gallery/`` with ``<pid>_<camera 1-8>_....jpeg``
+    images, plus ``features_and_partitions.mat``. The partition's 125 training people train
+    with their probe and gallery images; the other probe images are the queries and the
+    other gallery images the gallery, where pid 0 (775 people seen only once) are
+    distractors. camid = camera - 1; test pids are the name's number.
+
+    Args:
+        root: the data root.
+        combineall: fold query + gallery into training (pid 0 excluded).
+        split_id: DATASETS.SPLIT_ID.
+    """
+
+    HAS_SPLITS = True
+    LAYOUT = ("underground_reid/ with probe/ and gallery/ of *.jpeg images named <pid>_<camera>_... and "
+              "features_and_partitions.mat")
+    NAME = re.compile(r"(\d+)_(\d+)_")
+    RULE = "a name <pid>_<camera 1-8>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)"
+
+    def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
+        name = type(self).__name__
+        self.dataset_dir = find_dataset_dir(root, name, ("grid",), self.LAYOUT)
+        base = require_dir(os.path.join(self.dataset_dir, "underground_reid"), name, self.LAYOUT)
+        probe, gallery_images = ([(path, int(m.group(1)), int(m.group(2)) - 1) for path, m in match_names(
+            list_files(require_dir(os.path.join(base, folder), name, self.LAYOUT), ".jpeg", name),
+            self.NAME, name, self.RULE)] for folder in ("probe", "gallery"))
+        self.split_path = require_file(os.path.join(base, "features_and_partitions.mat"), name, self.LAYOUT)
+        partitions = read_grid_partitions(self.split_path, name)
+        train_ids = set(partitions[check_split_id(split_id, len(partitions), self.split_path, name)])
+        train = [item for item in probe + gallery_images if item[1] in train_ids]
+        query = [item for item in probe if item[1] not in train_ids]
+        gallery = [item for item in gallery_images if item[1] not in train_ids]
+        super().__init__(train, query, gallery, name, combineall=combineall, distractor_pids=(0,),
                          source=self.dataset_dir)

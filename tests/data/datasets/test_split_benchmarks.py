@@ -1,4 +1,4 @@
-"""torchreid's viper, ilids and prid: ids, cameras, distractors and DATASETS.SPLIT_ID splits on fake trees."""
+"""torchreid's viper, ilids, prid and grid: ids, cameras, distractors and DATASETS.SPLIT_ID splits on fake trees."""
 
 import json
 import os
@@ -9,6 +9,7 @@ from reid_engine.config import ConfigError
 from reid_engine.data.datasets import DatasetFormatError, DatasetNotFoundError, SplitFileError, get_dataset
 from reid_engine.data.datasets.splits import SPLIT_FILE_NAME
 from tests.data.datasets.fake_trees import make_viper_images, relative, touch, touch_all, write
+from tests.data.datasets.mat_writer import double, grid_partitions_mat, write_mat
 
 
 def split_signature(ds, root):
@@ -156,3 +157,51 @@ def test_unreadable_split_file_names_the_file(tmp_path):
         get_dataset("prid", root)
     assert "\n" not in str(err.value) and split_file in str(err.value)
     assert os.path.exists(split_file)
+
+
+# ----------------------------------------------------------------------------------- grid
+
+GRID_PARTITIONS = [[1, 2], [3, 4], [2, 5]] + [[k % 6 + 1, (k + 1) % 6 + 1] for k in range(7)]
+
+
+def make_grid(root, compress=False):
+    base = os.path.join(root, "grid", "underground_reid")
+    touch_all(os.path.join(base, "probe"), [f"{pid:04d}_{pid % 8 + 1}_1_1_1_1_1.jpeg" for pid in range(1, 7)])
+    touch_all(os.path.join(base, "gallery"), [f"{pid:04d}_{(pid + 3) % 8 + 1}_2_2_2_2_2.jpeg" for pid in range(1, 7)]
+              + ["0000_1_3_3_3_3_3.jpeg", "0000_7_4_4_4_4_4.jpeg"])
+    grid_partitions_mat(os.path.join(base, "features_and_partitions.mat"), GRID_PARTITIONS, compress)
+    return base
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_grid_partitions_from_the_mat_file(tmp_path, compress):
+    root = str(tmp_path)
+    make_grid(root, compress)
+    ds = get_dataset("grid", root)  # partition 0: people 1 and 2 train
+    assert sorted(os.path.basename(p)[:4] for p, _, _ in ds.train) == ["0001", "0001", "0002", "0002"]
+    assert ds.num_train_pids == 2
+    assert sorted((pid, cam) for _, pid, cam in ds.query) == [(pid, pid % 8) for pid in range(3, 7)]
+    # the other paired people plus the pid-0 distractors (kept; camera - 1 as camid)
+    assert sorted((pid, cam) for _, pid, cam in ds.gallery) == [(0, 0), (0, 6)] + [
+        (pid, (pid + 3) % 8) for pid in range(3, 7)]
+    other = get_dataset("grid", root, split_id=2)
+    assert sorted({os.path.basename(p)[:4] for p, _, _ in other.train}) == ["0002", "0005"]
+    assert get_dataset("grid", root, combineall=True).num_train_pids == 6  # pid 0 never trains
+    with pytest.raises(ConfigError, match=r"DATASETS.SPLIT_ID 10 is out of range for grid: it has 10 splits "
+                                          r"\(from '.*features_and_partitions.mat'\)"):
+        get_dataset("grid", root, split_id=10)
+
+
+def test_grid_unreadable_partitions_name_the_file(tmp_path):
+    root = str(tmp_path)
+    base = make_grid(root)
+    mat = write(os.path.join(base, "features_and_partitions.mat"), "not a mat file")
+    with pytest.raises(DatasetFormatError) as err:
+        get_dataset("grid", root)
+    assert "\n" not in str(err.value) and mat in str(err.value) and "level-5" in str(err.value)
+    write_mat(mat, [double([[1.0]], name="other")])
+    with pytest.raises(DatasetFormatError, match="holds no trainIdxAll partitions"):
+        get_dataset("grid", root)
+    os.remove(mat)
+    with pytest.raises(DatasetNotFoundError, match="missing file .*features_and_partitions.mat"):
+        get_dataset("grid", root)
