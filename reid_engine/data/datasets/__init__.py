@@ -24,6 +24,7 @@ from .market_style import MarketStyleDataset, parse_market_style_folder
 from .msmt17 import MSMT17
 from .paths import DatasetNotFoundError, resolve_data_root
 from .registry import DATASET_REGISTRY
+from .sensereid import sensereid
 from .split_benchmarks import grid, ilids, prid, viper
 from .splits import SplitFileError
 from .synthetic import SyntheticReID, SyntheticReIDTiny
@@ -44,6 +45,7 @@ from .training_only import (
     VIPeR,
     WildTrackCrop,
     cuhkSYSU,
+    cuhksysu,
     iLIDS,
 )
 from .university1652 import university1652
@@ -63,5 +65,5 @@ __all__ = [
     "VeRiWild", "SmallVeRiWild", "MediumVeRiWild", "LargeVeRiWild",
     "cuhkSYSU", "AirportALERT", "iLIDS", "PKU", "PRAI", "PRID", "GRID", "SAIVT", "SenseReID", "SYSU_mm",
     "Thermalworld", "PeS3D", "CAVIARa", "VIPeR", "LPW", "Shinpuhkan", "WildTrackCrop",
-    "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid", "grid",
+    "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid", "grid", "cuhksysu", "sensereid",
 ]

@@ -48,6 +48,9 @@ class ImageDataset:
     # True for sets that only have training images (query and gallery stay empty): they
     # cannot be listed in DATASETS.TESTS.
     TRAIN_ONLY = False
+    # True for sets that only have test images (train stays empty): they cannot be listed
+    # in DATASETS.NAMES.
+    TEST_ONLY = False
 
     def __init__(self, train: Sequence[Item], query: Sequence[Item], gallery: Sequence[Item],
                  name: str, combineall: bool = False, distractor_pids: Sequence[int] = (0,),
@@ -58,7 +61,7 @@ class ImageDataset:
         self.distractor_pids = frozenset(distractor_pids)
         self.junk_counts: Dict[str, int] = dict(junk_counts or {})
         for split, items in (("train", train), ("query", query), ("gallery", gallery)):
-            if not items and (split == "train" or not self.TRAIN_ONLY):
+            if not items and not (self.TEST_ONLY if split == "train" else self.TRAIN_ONLY):
                 raise DatasetFormatError(
                     f"{name}: the {split} split is empty (read from '{self.source}'); "
                     f"check that its folder / list file holds images named as documented "

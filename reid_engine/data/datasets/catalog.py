@@ -12,8 +12,9 @@ ALIASES = {"ImageFolder": "ImageFolderReID"}
 
 _OWN_IMAGES_HINT = ("for your own images use 'ImageFolder:<folder under the data root>' "
                     "(see datasets/README.md)")
-# The config key of the test sets: a training-only set named there is refused.
-TESTS_KEY = "DATASETS.TESTS"
+# The config keys of the training and test sets: a test-only set is refused in the first,
+# a training-only set in the second.
+NAMES_KEY, TESTS_KEY = "DATASETS.NAMES", "DATASETS.TESTS"
 
 
 def testable_dataset_names() -> List[str]:
@@ -22,7 +23,13 @@ def testable_dataset_names() -> List[str]:
             if not getattr(DATASET_REGISTRY.get(name), "TRAIN_ONLY", False)]
 
 
-def dataset_class(name: str, key: str = "DATASETS.NAMES") -> Tuple[type, dict]:
+def trainable_dataset_names() -> List[str]:
+    """The registered names of the sets that have training images, sorted."""
+    return [name for name in DATASET_REGISTRY.names()
+            if not getattr(DATASET_REGISTRY.get(name), "TEST_ONLY", False)]
+
+
+def dataset_class(name: str, key: str = NAMES_KEY) -> Tuple[type, dict]:
     """Resolve a config dataset name to its class and constructor keywords, building nothing.
 
     ``"Market1501"`` looks the class up in :data:`DATASET_REGISTRY`; ``"Family:value"``
@@ -36,8 +43,8 @@ def dataset_class(name: str, key: str = "DATASETS.NAMES") -> Tuple[type, dict]:
         ``(cls, kwargs)``: the dataset class and the keywords the name implies.
     Raises:
         UnknownChoiceError: an unknown name (the message lists the known ones).
-        ConfigError: a ``:value`` for a class that takes none, or a training-only set
-            under ``DATASETS.TESTS``.
+        ConfigError: a ``:value`` for a class that takes none, a training-only set
+            under ``DATASETS.TESTS`` or a test-only set under ``DATASETS.NAMES``.
     """
     family, sep, value = name.partition(":")
     cls = lookup(DATASET_REGISTRY, ALIASES.get(family, family), key, hint=_OWN_IMAGES_HINT)
@@ -45,6 +52,9 @@ def dataset_class(name: str, key: str = "DATASETS.NAMES") -> Tuple[type, dict]:
         raise ConfigError(f"{key}: {family} has training images only (no query / gallery), so it cannot be "
                           f"tested; keep it in DATASETS.NAMES and test on one of "
                           f"{', '.join(testable_dataset_names())}")
+    if key == NAMES_KEY and getattr(cls, "TEST_ONLY", False):
+        raise ConfigError(f"{key}: {family} has test images only (no training split), so it cannot be trained "
+                          f"on; keep it in DATASETS.TESTS and train on one of {', '.join(trainable_dataset_names())}")
     if not sep:
         return cls, {}
     argument = getattr(cls, "NAME_ARGUMENT", None)
@@ -54,7 +64,7 @@ def dataset_class(name: str, key: str = "DATASETS.NAMES") -> Tuple[type, dict]:
     return cls, {argument: value}
 
 
-def get_dataset(name: str, root: str, combineall: bool = False, key: str = "DATASETS.NAMES",
+def get_dataset(name: str, root: str, combineall: bool = False, key: str = NAMES_KEY,
                 split_id: int = 0, **kwargs) -> ImageDataset:
     """Build the dataset named ``name`` (an entry of DATASETS.NAMES / DATASETS.TESTS).
 

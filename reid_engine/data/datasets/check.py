@@ -73,9 +73,9 @@ def statistics_rows(dataset: ImageDataset) -> List[list]:
 
     Junk is shown where the parser counted it (``dataset.junk_counts``) and distractors
     (query / gallery images of a distractor id) where the dataset has distractor ids;
-    otherwise ``"-"``. Training-only sets have a train row only.
+    otherwise ``"-"``. Training-only sets have a train row only, test-only sets no train row.
     """
-    splits = [("train", dataset.train)]
+    splits = [] if dataset.TEST_ONLY else [("train", dataset.train)]
     if not dataset.TRAIN_ONLY:
         splits += [("query", dataset.query), ("gallery", dataset.gallery)]
     rows = []

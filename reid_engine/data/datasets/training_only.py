@@ -2,8 +2,9 @@
 
 Each class reads ids and cameras as text from its folder layout, exactly where fast-reid
 1.4 reads them, and numbers them in sorted text order (:func:`.layout.number_raw_items`).
-The registered names and the folders under the data root are fast-reid's. Listing one of
-these sets in DATASETS.TESTS is a config error (they have nothing to evaluate).
+The registered names and the folders under the data root are fast-reid's (plus
+torchreid's ``cuhksysu``, its training-only CUHK-SYSU). Listing one of these sets in
+DATASETS.TESTS is a config error (they have nothing to evaluate).
 """
 
 import os
@@ -426,7 +427,28 @@ class WildTrackCrop(TrainingOnlyDataset):
                                      camera_before_underscore(name, "a name <camera>_<frame>.png"))
 
 
-# Every set of this module by registered name, for documentation and tests.
+@DATASET_REGISTRY.register()
+class cuhksysu(TrainingOnlyDataset):  # noqa: N801 (torchreid's registered name)
+    """torchreid's CUHK-SYSU crops: ``cuhksysu/cropped_images/*.jpg``, one pseudo camera.
+
+    The id is the name text before the first '_' (``p11422`` for ``p11422_s16929_1.jpg``).
+    torchreid fills query and gallery with a placeholder image; here they are empty and
+    the set is refused in DATASETS.TESTS, like fast-reid's ``cuhkSYSU``.
+    """
+
+    FOLDER = "cuhksysu"
+    LAYOUT = "cropped_images/ with images named <pid>_....jpg (e.g. p11422_s16929_1.jpg)"
+
+    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
+        items = []
+        for path in list_files(self.require_dir("cropped_images"), ".jpg", name):
+            fields = name_fields(path, "_", 2, name, "a name <pid>_....jpg (e.g. p11422_s16929_1.jpg)")
+            if fields is not None:
+                items.append((path, fields[0], "0"))
+        return items
+
+
+# fast-reid's sets of this module by registered name, for documentation and tests.
 TRAINING_ONLY_SETS = {cls.__name__: cls for cls in (
     cuhkSYSU, AirportALERT, iLIDS, PKU, PRAI, PRID, GRID, SAIVT, SenseReID, SYSU_mm, Thermalworld,
     PeS3D, CAVIARa, VIPeR, LPW, Shinpuhkan, WildTrackCrop)}

@@ -241,3 +241,15 @@ def test_training_only_sets_merge_with_their_own_ids_and_cameras(tmp_path):
     items, num_classes, num_cams = merge_train_sets([get_dataset("VIPeR", root), get_dataset("CAVIARa", root)])
     # VIPeR: 2 people, 2 cameras; CAVIARa: 2 people (0001, 0002 are new ids), 1 camera.
     assert (len(items), num_classes, num_cams) == (7, 4, 3)
+
+
+def test_torchreid_cuhksysu_keeps_the_id_text(tmp_path):
+    root = str(tmp_path)
+    touch_all(root, ["cuhksysu/cropped_images/p11422_s16929_1.jpg", "cuhksysu/cropped_images/p11422_s2_1.jpg",
+                     "cuhksysu/cropped_images/p00007_s1_1.jpg"])
+    ds = get_dataset("cuhksysu", root)
+    assert relative(ds.train, root) == numbered([("cuhksysu/cropped_images/p11422_s16929_1.jpg", "p11422", "0"),
+                                                 ("cuhksysu/cropped_images/p11422_s2_1.jpg", "p11422", "0"),
+                                                 ("cuhksysu/cropped_images/p00007_s1_1.jpg", "p00007", "0")])
+    with pytest.raises(ConfigError, match="cuhksysu has training images only"):
+        dataset_class("cuhksysu", "DATASETS.TESTS")
