@@ -46,6 +46,7 @@ setup(
             "reid-visualize=reid_engine.cli.visualize:main",
             "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
             "reid-benchmark=reid_engine.cli.benchmark:main",
+            "reid-data=reid_engine.cli.data:main",
         ]
     },
 )

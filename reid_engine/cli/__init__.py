@@ -9,6 +9,7 @@ reid-export            reid_engine.cli.export          tools/export.py
 reid-visualize         reid_engine.cli.visualize       tools/visualize_ranks.py
 reid-make-synthetic    reid_engine.cli.make_synthetic  tools/make_synthetic.py
 reid-benchmark         reid_engine.cli.benchmark       (tools/benchmarks/*.py)
+reid-data              reid_engine.cli.data            tools/data.py
 =====================  ==============================  =========================
 
 Each command module has `build_parser()` (on `base.command_parser`), `run(args)` (the

@@ -154,6 +154,10 @@ _C.DATASETS.NAMES = ("Market1501",)
 _C.DATASETS.TESTS = ("Market1501",)
 # Fold query + gallery into training.
 _C.DATASETS.COMBINEALL = False
+# (ours; torchreid's split_id) Which random train / test split of the small benchmarks
+# (viper and cuhk01: 0..19, ilids and prid: 0..9) is used. The splits are drawn once and
+# kept in <dataset folder>/splits_reid_engine.json; other datasets ignore this key.
+_C.DATASETS.SPLIT_ID = 0
 
 # ---------------------------------------------------------------------------- #
 # Data loader

@@ -263,7 +263,8 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     names = list(cfg.DATASETS.NAMES)
     if not names:
         raise ConfigError("DATASETS.NAMES is empty; name at least one training set")
-    datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL) for name in names]
+    datasets = [get_dataset(name, root, combineall=cfg.DATASETS.COMBINEALL, split_id=cfg.DATASETS.SPLIT_ID)
+                for name in names]
     items, num_classes, num_cameras = merge_train_sets(datasets)
     if not items:
         raise DatasetFormatError(f"the training split of {names} is empty; check the dataset folders "
@@ -299,7 +300,8 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     Returns:
         ``(loader, num_query)``.
     """
-    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key="DATASETS.TESTS")
+    dataset = get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key="DATASETS.TESTS",
+                          split_id=cfg.DATASETS.SPLIT_ID)
     items = list(dataset.query) + list(dataset.gallery)
     if not dataset.query or not dataset.gallery:
         raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "

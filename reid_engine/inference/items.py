@@ -55,7 +55,8 @@ def load_dataset(cfg: CfgNode, dataset_name: Optional[str] = None) -> Tuple[str,
             raise UsageError("no dataset given (--dataset): pass --dataset NAME or set DATASETS.TESTS")
         dataset_name, key = cfg.DATASETS.TESTS[0], "DATASETS.TESTS"
     # an unknown name is the registry's one-line UnknownChoiceError (a usage error)
-    return dataset_name, get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key=key)
+    return dataset_name, get_dataset(dataset_name, resolve_data_root(cfg.DATASETS.ROOT), key=key,
+                                     split_id=cfg.DATASETS.SPLIT_ID)
 
 
 def collect_items(cfg: CfgNode, split: Optional[str] = None, dataset_name: Optional[str] = None,

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from reid_engine.cli import benchmark, export, extract, make_synthetic, train, visualize
+from reid_engine.cli import benchmark, data, export, extract, make_synthetic, train, visualize
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMANDS = {
@@ -15,6 +15,7 @@ COMMANDS = {
     "reid-visualize": visualize,
     "reid-make-synthetic": make_synthetic,
     "reid-benchmark": benchmark,
+    "reid-data": data,
 }
 
 

@@ -12,8 +12,10 @@ from ..synthetic import (  # re-exported: the generator moved to data.synthetic
     generate_synthetic_reid,
     write_contact_sheet,
 )
+from .audit import FileProblem, collect_file_problems
 from .bases import DatasetFormatError, ImageDataset, check_cross_camera_matches, merge_train_sets
-from .catalog import get_dataset
+from .catalog import get_dataset, testable_dataset_names
+from .cuhk0x import cuhk01, cuhk02
 from .cuhk03 import CUHK03, CUHK03Labeled
 from .dukemtmc import DukeMTMC
 from .image_folder import ImageFolderReID
@@ -22,9 +24,34 @@ from .market_style import MarketStyleDataset, parse_market_style_folder
 from .msmt17 import MSMT17
 from .paths import DatasetNotFoundError, resolve_data_root
 from .registry import DATASET_REGISTRY
+from .sensereid import sensereid
+from .split_benchmarks import grid, ilids, prid, viper
+from .splits import SplitFileError
 from .synthetic import SyntheticReID, SyntheticReIDTiny
+from .training_only import (
+    GRID,
+    LPW,
+    PKU,
+    PRAI,
+    PRID,
+    SAIVT,
+    AirportALERT,
+    CAVIARa,
+    PeS3D,
+    SenseReID,
+    Shinpuhkan,
+    SYSU_mm,
+    Thermalworld,
+    VIPeR,
+    WildTrackCrop,
+    cuhkSYSU,
+    cuhksysu,
+    iLIDS,
+)
+from .university1652 import university1652
 from .vehicleid import LargeVehicleID, MediumVehicleID, SmallVehicleID, VehicleID
 from .veri import VeRi
+from .veriwild import LargeVeRiWild, MediumVeRiWild, SmallVeRiWild, VeRiWild
 
 __all__ = [
     "DATASET_REGISTRY", "resolve_data_root", "get_dataset", "merge_train_sets",
@@ -34,4 +61,9 @@ __all__ = [
     "VehicleID", "SmallVehicleID", "MediumVehicleID", "LargeVehicleID", "ImageFolderReID",
     "SyntheticReID", "SyntheticReIDTiny", "SyntheticSpec", "SyntheticWorld", "DEFAULT_SPEC",
     "TINY_SPEC", "generate_synthetic_reid", "ensure_synthetic_reid", "write_contact_sheet",
+    "FileProblem", "collect_file_problems", "testable_dataset_names", "SplitFileError",
+    "VeRiWild", "SmallVeRiWild", "MediumVeRiWild", "LargeVeRiWild",
+    "cuhkSYSU", "AirportALERT", "iLIDS", "PKU", "PRAI", "PRID", "GRID", "SAIVT", "SenseReID", "SYSU_mm",
+    "Thermalworld", "PeS3D", "CAVIARa", "VIPeR", "LPW", "Shinpuhkan", "WildTrackCrop",
+    "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid", "grid", "cuhksysu", "sensereid",
 ]

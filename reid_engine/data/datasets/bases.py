@@ -2,7 +2,7 @@
 
 import logging
 from collections import defaultdict
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tabulate import tabulate
 
@@ -38,27 +38,38 @@ class ImageDataset:
         combineall: fold query + gallery into training.
         distractor_pids: pids that mark distractors (never used as training identities).
         source: where the data was read from (only for error messages).
+        junk_counts: images dropped as junk per split (``{"gallery": 2798}``), for reports;
+            leave it out when the dataset has no junk marker.
     Raises:
         DatasetFormatError: an empty split, or a test set where no query has a cross-camera
             match in the gallery.
     """
 
+    # True for sets that only have training images (query and gallery stay empty): they
+    # cannot be listed in DATASETS.TESTS.
+    TRAIN_ONLY = False
+    # True for sets that only have test images (train stays empty): they cannot be listed
+    # in DATASETS.NAMES.
+    TEST_ONLY = False
+
     def __init__(self, train: Sequence[Item], query: Sequence[Item], gallery: Sequence[Item],
                  name: str, combineall: bool = False, distractor_pids: Sequence[int] = (0,),
-                 source: str = ""):
+                 source: str = "", junk_counts: Optional[Mapping[str, int]] = None):
         self.name = name
         self.source = source or name
         self.combineall = bool(combineall)
         self.distractor_pids = frozenset(distractor_pids)
+        self.junk_counts: Dict[str, int] = dict(junk_counts or {})
         for split, items in (("train", train), ("query", query), ("gallery", gallery)):
-            if not items:
+            if not items and not (self.TEST_ONLY if split == "train" else self.TRAIN_ONLY):
                 raise DatasetFormatError(
                     f"{name}: the {split} split is empty (read from '{self.source}'); "
                     f"check that its folder / list file holds images named as documented "
                     f"in datasets/README.md")
         self.query: List[Item] = list(query)
         self.gallery: List[Item] = list(gallery)
-        check_cross_camera_matches(self.query, self.gallery, name)
+        if not self.TRAIN_ONLY:
+            check_cross_camera_matches(self.query, self.gallery, name)
         self.train: List[Item] = self._build_train(list(train))
 
     def _build_train(self, train: List[Item]) -> List[Item]:

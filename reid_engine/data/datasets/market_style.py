@@ -4,41 +4,48 @@ import os
 import re
 from typing import List, Sequence, Tuple
 
-from .bases import JUNK_PID, DatasetFormatError, ImageDataset, Item
+from .audit import report_file_problem
+from .bases import JUNK_PID, ImageDataset, Item
 from .paths import find_dataset_dir, list_images, require_dir
 
 # "0002_c1s1_000451_03.jpg", "-1_c3s2_...", "0001_c2_f0046182.jpg", "0001_c001_00016450_0.jpg"
 MARKET_STYLE_NAME = re.compile(r"^(-?\d+)_c(\d+)")
 
 
-def parse_market_style_folder(folder: str, dataset: str, example: str) -> List[Item]:
-    """Parse every image of ``folder`` named ``<pid>_c<camera>...``.
+def read_market_style_folder(folder: str, dataset: str, example: str) -> Tuple[List[Item], int]:
+    """Parse every image of ``folder`` named ``<pid>_c<camera>...``, counting the junk.
 
     Args:
         folder: an image folder.
         dataset: the dataset name (for errors).
         example: an example file name shown when a name does not parse.
     Returns:
-        Sorted ``(path, pid, camid)`` items; junk (pid -1) skipped, camid = camera - 1.
+        ``(items, num_junk)``: sorted ``(path, pid, camid)`` items with camid = camera - 1,
+        and the number of junk images (pid -1) left out.
     Raises:
-        DatasetFormatError: a file name does not follow the pattern or has camera 0.
+        DatasetFormatError: a file name does not follow the pattern or has camera 0 (see
+            :mod:`.audit`: collected instead under ``reid-data check``).
     """
-    items = []
+    items, num_junk = [], 0
     for path in list_images(folder):
         match = MARKET_STYLE_NAME.match(os.path.basename(path))
         if match is None:
-            raise DatasetFormatError(
-                f"{dataset}: image '{path}' is not named like '{example}' (<pid>_c<camera>...); "
-                f"rename it or move it out of the folder")
+            report_file_problem(dataset, path, f"a name like '{example}' (<pid>_c<camera>...)")
+            continue
         pid, camera = int(match.group(1)), int(match.group(2))
         if pid == JUNK_PID:
+            num_junk += 1
             continue
         if camera < 1:
-            raise DatasetFormatError(
-                f"{dataset}: image '{path}' has camera c{camera}; cameras in file names count "
-                f"from c1")
+            report_file_problem(dataset, path, f"cameras counted from c1 in the name, not c{camera}")
+            continue
         items.append((path, pid, camera - 1))
-    return items
+    return items, num_junk
+
+
+def parse_market_style_folder(folder: str, dataset: str, example: str) -> List[Item]:
+    """The items of :func:`read_market_style_folder` (junk left out, not counted)."""
+    return read_market_style_folder(folder, dataset, example)[0]
 
 
 class MarketStyleDataset(ImageDataset):
@@ -64,12 +71,12 @@ class MarketStyleDataset(ImageDataset):
         self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS, layout)
         train_dir, query_dir, gallery_dir = (
             require_dir(os.path.join(self.dataset_dir, d), name, layout) for d in self.SPLIT_DIRS)
-        train = parse_market_style_folder(train_dir, name, self.NAME_EXAMPLE)
-        query = parse_market_style_folder(query_dir, name, self.NAME_EXAMPLE)
-        gallery = parse_market_style_folder(gallery_dir, name, self.NAME_EXAMPLE)
+        (train, train_junk), (query, query_junk), (gallery, gallery_junk) = (
+            read_market_style_folder(d, name, self.NAME_EXAMPLE) for d in (train_dir, query_dir, gallery_dir))
         gallery += self.extra_gallery()
         super().__init__(train, query, gallery, name, combineall=combineall,
-                         distractor_pids=self.DISTRACTOR_PIDS, source=self.dataset_dir)
+                         distractor_pids=self.DISTRACTOR_PIDS, source=self.dataset_dir,
+                         junk_counts={"train": train_junk, "query": query_junk, "gallery": gallery_junk})
 
     def extra_gallery(self) -> List[Item]:
         """Extra gallery items (distractors); none by default."""

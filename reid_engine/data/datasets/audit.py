@@ -1,0 +1,82 @@
+"""Files that break a dataset's layout rules: a normal load stops at the first, a check collects them all.
+
+Parsers call :func:`report_file_problem` for a file they cannot use (a name that does not
+follow the pattern, a list line that names no file) and :func:`note_ignored_file` for an
+image file they skip on purpose (an extension the loader does not read). In a normal load
+the first problem raises a one-line :class:`DatasetFormatError` naming the file and the
+rule, and ignored files pass silently. Inside :func:`collect_file_problems` (what
+``reid-data check`` uses) both are recorded instead and the parser goes on without the file,
+so one run lists everything.
+"""
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+from .bases import DatasetFormatError
+
+__all__ = ["FileProblem", "report_file_problem", "note_ignored_file", "collect_file_problems"]
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """A file (or list-file line) that does not fit the layout.
+
+    Attributes:
+        path: the file, or ``<list file>:<line number>`` for a list line.
+        rule: what the layout expects there, e.g. ``"name <pid>_<camera>.jpg (e.g. 0001_1.jpg)"``.
+    """
+
+    path: str
+    rule: str
+
+
+_collected: contextvars.ContextVar[Optional[List[FileProblem]]] = contextvars.ContextVar(
+    "reid_engine_dataset_problems", default=None)
+
+
+def report_file_problem(dataset: str, path: str, rule: str,
+                        fix: str = "rename it or move it out of the folder") -> None:
+    """Report a file the parser cannot use; returns only while problems are being collected.
+
+    Args:
+        dataset: the dataset name (first word of the error).
+        path: the offending file (or ``<list file>:<line>``).
+        rule: what the layout expects, phrased to follow "expected".
+        fix: what the user should do (end of the error).
+    Raises:
+        DatasetFormatError: outside :func:`collect_file_problems` (one line: dataset, path,
+            rule, fix). The caller skips the file when this returns.
+    """
+    collected = _collected.get()
+    if collected is None:
+        raise DatasetFormatError(f"{dataset}: '{path}' does not fit the layout (expected {rule}); {fix}")
+    collected.append(FileProblem(path, rule))
+
+
+def note_ignored_file(path: str, rule: str) -> None:
+    """Record an image file the loader skips on purpose (only while problems are collected).
+
+    Args:
+        path: the skipped file.
+        rule: what the loader reads instead, e.g. ``"*.jpg files (this file is ignored)"``.
+    """
+    collected = _collected.get()
+    if collected is not None:
+        collected.append(FileProblem(path, rule))
+
+
+@contextlib.contextmanager
+def collect_file_problems() -> Iterator[List[FileProblem]]:
+    """Collect the problems of every dataset parsed inside the block instead of raising.
+
+    Yields:
+        The list the problems are appended to, in the order the parsers met them.
+    """
+    problems: List[FileProblem] = []
+    token = _collected.set(problems)
+    try:
+        yield problems
+    finally:
+        _collected.reset(token)
