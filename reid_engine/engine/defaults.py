@@ -155,6 +155,10 @@ class DefaultTrainer(TrainerBase):
         self._trainer.iter = self.iter
         self._trainer.run_step()
 
+    def flush_metrics(self) -> None:
+        """Fetch, check and write the losses the step trainer staged on the device."""
+        self._trainer.flush_metrics()
+
     def train(self) -> Optional[Dict]:
         """Train from `start_iter` to `max_iter`; verify TEST.EXPECTED_RESULTS.
 

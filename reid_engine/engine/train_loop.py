@@ -146,10 +146,19 @@ class TrainerBase:
             h.before_train()
 
     def after_train(self) -> None:
-        """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
-        self.storage.iter = self.iter
-        for h in self._hooks:
-            h.after_train()
+        """Write the metrics still pending (when training completed), then call
+        ``after_train`` of every hook (storage iteration = trainer iteration)."""
+        try:
+            if self.iter == self.max_iter:  # completed: one past the last step
+                self.flush_metrics()
+        finally:
+            self.storage.iter = self.iter
+            for h in self._hooks:
+                h.after_train()
+
+    def flush_metrics(self) -> None:
+        """Write metrics a step computed but has not fetched yet (none here; see
+        SimpleTrainer). Hooks call it before they save a checkpoint or evaluate."""
 
     def before_step(self) -> None:
         """Align the storage iteration with the trainer's, then call the hooks."""
@@ -343,14 +352,6 @@ class SimpleTrainer(TrainerBase):
         for index, (iteration, _, _) in enumerate(staged):
             write_metrics([worker_rows[index] for worker_rows in gathered], prefix, iteration=iteration)
 
-    def after_train(self) -> None:
-        """Write the losses still staged (unless a step failed), then call the hooks."""
-        try:
-            if self.iter == self.max_iter:  # completed: one past the last step
-                self.flush_metrics()
-        finally:
-            self._staged = []
-            super().after_train()
 
     def state_dict(self) -> dict:
         """TrainerBase state plus ``optimizer``, ``rng`` and (if supported) ``data_loader``."""

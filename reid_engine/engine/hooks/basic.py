@@ -17,14 +17,6 @@ def _hms(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(seconds)))
 
 
-def flush_trainer_metrics(trainer) -> None:
-    """Make the trainer fetch and check its staged losses now (SimpleTrainer.flush_metrics;
-    a no-op for trainers without staging). Hooks call it before they save or evaluate."""
-    flush = getattr(trainer, "flush_metrics", None)
-    if flush is not None:
-        flush()
-
-
 class CallbackHook(HookBase):
     """Run user functions ``f(trainer)`` at before_train / after_train / before_step /
     after_step. The functions are dropped after training (they may be closures holding

@@ -6,7 +6,6 @@ from typing import Optional
 
 from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
 from ..train_loop import HookBase
-from .basic import flush_trainer_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +21,7 @@ class PeriodicCheckpointer(_PeriodicCheckpointerBase, HookBase):
     def after_step(self):
         iteration = self.trainer.iter
         if (iteration + 1) % self.period == 0 or (self.max_iter is not None and iteration >= self.max_iter - 1):
-            flush_trainer_metrics(self.trainer)  # a NaN loss raises here, before its weights are saved
+            self.trainer.flush_metrics()  # a NaN loss raises here, before its weights are saved
         self.step(iteration)
 
 

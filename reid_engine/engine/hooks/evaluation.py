@@ -4,7 +4,6 @@ from typing import Callable, Dict, Mapping, Optional
 
 from ...utils import comm
 from ..train_loop import HookBase
-from .basic import flush_trainer_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class EvalHook(HookBase):
         self._func = eval_function
 
     def _do_eval(self) -> None:
-        flush_trainer_metrics(self.trainer)  # a NaN loss stops the run before evaluating its weights
+        self.trainer.flush_metrics()  # a NaN loss stops the run before evaluating its weights
         results = self._func()
         if results:
             if not isinstance(results, Mapping):
