@@ -8,6 +8,7 @@ from .imagenet_weights import (
     load_imagenet_weights,
     register_weights_family,
 )
+from .repvgg import REPVGG_DEPTHS, FusionError, RepVGG, RepVGGBlock, build_repvgg_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 
 __all__ = [
@@ -24,4 +25,9 @@ __all__ = [
     "Bottleneck",
     "ResNet",
     "build_resnet_backbone",
+    "REPVGG_DEPTHS",
+    "FusionError",
+    "RepVGG",
+    "RepVGGBlock",
+    "build_repvgg_backbone",
 ]
