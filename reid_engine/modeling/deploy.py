@@ -16,12 +16,17 @@ from collections import Counter
 
 from torch import nn
 
-__all__ = ["DEPLOY_HOOK", "fuse_for_deploy"]
+__all__ = ["DEPLOY_HOOK", "fuse_for_deploy", "has_deploy_hooks"]
 
 logger = logging.getLogger(__name__)
 
 #: name of the per-module fusion hook
 DEPLOY_HOOK = "fuse_for_deploy"
+
+
+def has_deploy_hooks(model: nn.Module) -> bool:
+    """True when some module of `model` has a `fuse_for_deploy()` hook (fused or not)."""
+    return any(callable(getattr(module, DEPLOY_HOOK, None)) for module in model.modules())
 
 
 def fuse_for_deploy(model: nn.Module) -> nn.Module:
