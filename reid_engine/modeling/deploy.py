@@ -55,5 +55,5 @@ def fuse_for_deploy(model: nn.Module) -> nn.Module:
         kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(fused.items()))
         logger.info("Fused %d blocks for deployment (%s)", sum(fused.values()), kinds)
     else:
-        logger.info("Fused 0 blocks for deployment: %s has none to fuse", type(model).__name__)
+        logger.info("Fused 0 blocks for deployment: %s has no unfused blocks", type(model).__name__)
     return model

@@ -267,7 +267,7 @@ def test_trunk_fusion_is_equivalent_and_logs_the_count(tiny_trunk, caplog):
     assert "Fused 8 blocks for deployment (8 RepVGGBlock)" in caplog.text
     assert all(".rbr_reparam." in k for k in fused.state_dict())
     fuse_for_deploy(fused)  # again: nothing left to fuse
-    assert "Fused 0 blocks for deployment: RepVGG has none to fuse" in caplog.text
+    assert "Fused 0 blocks for deployment: RepVGG has no unfused blocks" in caplog.text
 
 
 def test_a0_backbone_fusion_is_equivalent():
@@ -325,9 +325,11 @@ def test_fastreid_fused_checkpoint_loads_through_the_checkpointer(tmp_path, load
     path = tmp_path / "model_final.pth"
     torch.save({"model": state, "iteration": 10}, path)
     target = build_model(_cfg("A0"))
+    load_logs.set_level(logging.INFO, logger=repvgg_module.__name__)
     Checkpointer(target).load(str(path), checkpointables=[])
     n = len(state)
     assert f"Loaded {n} of {n} model tensors from {path}." in load_logs.text
+    assert "22 RepVGG blocks load fused (deploy-form) weights" in load_logs.text
     with torch.no_grad():
         assert (target.eval()(images) - expected).abs().max().item() <= 1e-4
 

@@ -15,6 +15,7 @@ saved after fusion (`rbr_reparam`, or fast-reid's fused `fused_weight` / `fused_
 also loads into a model built in training form: each block that finds fused weights
 for itself switches to the deploy form before it loads them.
 """
+import logging
 import re
 from collections import OrderedDict
 from typing import Dict, Mapping, NamedTuple, Optional, Tuple
@@ -32,6 +33,12 @@ from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
 
 __all__ = ["REPVGG_DEPTHS", "RepVGGSpec", "RepVGGBlock", "RepVGG", "FusionError", "build_repvgg_backbone"]
+
+logger = logging.getLogger(__name__)
+
+# fast-reid's names of a block's fused conv (its deploy(True)) -> ours (the authors' deploy form)
+_FASTREID_FUSED_NAMES = {"fused_weight": "rbr_reparam.weight", "fused_bias": "rbr_reparam.bias"}
+_FUSED_WEIGHT_SUFFIXES = (".rbr_reparam.weight", ".fused_weight")
 
 
 class FusionError(ReidUserError, ValueError):
@@ -158,7 +165,7 @@ class RepVGGBlock(nn.Module):
         # A checkpoint saved after fusion holds this block's weights in deploy form: take
         # fast-reid's fused names too, and switch to the deploy form to load them when the
         # shapes fit (else the keys stay unexpected and the loader's summary names them).
-        for theirs, ours in (("fused_weight", "rbr_reparam.weight"), ("fused_bias", "rbr_reparam.bias")):
+        for theirs, ours in _FASTREID_FUSED_NAMES.items():
             if prefix + theirs in state_dict and prefix + ours not in state_dict:
                 state_dict[prefix + ours] = state_dict.pop(prefix + theirs)
         weight = state_dict.get(prefix + "rbr_reparam.weight")
@@ -233,6 +240,15 @@ class RepVGG(nn.Module):
             setattr(self, f"stage{stage}", nn.Sequential(*blocks))
         self.out_channels = in_channels
         # PyTorch's default init, as the authors and fast-reid train RepVGG (norm weight 1, bias 0).
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Said once per trunk (each block switches itself): a model that loads fused weights
+        # is meant for inference; trained, its blocks would be plain 3x3 convs.
+        fused = sum(1 for key in state_dict if key.startswith(prefix) and key.endswith(_FUSED_WEIGHT_SUFFIXES))
+        if fused:
+            logger.info("%d RepVGG blocks load fused (deploy-form) weights: they run as one 3x3 conv each, "
+                        "for inference and export", fused)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (B, 3, H, W) to the stage4 map (B, out_channels, H/16 or H/32, ...)."""
