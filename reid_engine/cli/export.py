@@ -13,11 +13,15 @@ What is exported is the inference model as one module (`FeatureExtractor`):
                      model's features as they are); with TEST.FLIP.ENABLED the
                      mirrored image's features are averaged in.
 The batch axis is dynamic in the ONNX file (and in the traced TorchScript module).
+Re-parameterisable blocks (RepVGG's 3x3 + 1x1 + identity branches) are fused into one
+convolution each before exporting (the log says how many); --no-fuse exports them as
+they are.
 The TorchScript module runs on the device it was exported on (MODEL.DEVICE).
 
 After exporting, each file is loaded back (ONNX with onnxruntime when it is installed)
 and run on a batch of a different size than the export batch; the largest absolute
-difference to PyTorch is printed, and a difference above --atol is an error.
+difference to PyTorch (the unfused model) is printed, and a difference above --atol is
+an error.
 The same is importable as `reid_engine.export.export_model`.
 """
 import argparse
@@ -48,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check-batch-size", type=positive_int, default=3,
                         help="batch size of the check (differs from --batch-size to test the dynamic axis)")
     parser.add_argument("--atol", type=float, default=1e-4, help="largest accepted |export - PyTorch|")
+    parser.add_argument("--no-fuse", action="store_true",
+                        help="export re-parameterisable blocks (RepVGG) unfused, as they train")
     return parser
 
 
@@ -55,7 +61,8 @@ def run(args: argparse.Namespace) -> None:
     """Build the config, export and check."""
     setup_logger()
     export_model(build_config(args), args.output, args.format, args.torchscript_mode, args.opset,
-                 args.input_dtype, not args.raw_features, args.batch_size, args.check_batch_size, args.atol)
+                 args.input_dtype, not args.raw_features, args.batch_size, args.check_batch_size, args.atol,
+                 fuse=not args.no_fuse)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

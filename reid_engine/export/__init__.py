@@ -4,8 +4,9 @@ What is exported is the inference model as one module
 (`reid_engine.inference.FeatureExtractor`): input "images", a (B, 3, H, W) RGB batch
 with values 0..255 (uint8 by default, float32 on request) at the test size; output
 "features", (B, D) float32, L2-normalized by default. The batch axis is dynamic.
-`export_model` writes the files and runs each on a batch of another size, comparing
-with PyTorch. Layering: above data, modeling and inference; never imports engine.
+`export_model` fuses re-parameterisable blocks (RepVGG) into their deploy form, writes
+the files and runs each on a batch of another size, comparing with the unfused PyTorch
+model. Layering: above data, modeling and inference; never imports engine.
 """
 from .diagnostics import describe_module, first_unscriptable, modules_using_op
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript

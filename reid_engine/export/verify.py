@@ -1,5 +1,6 @@
 """Export the model of a config and check every export against PyTorch."""
 import contextlib
+import copy
 import logging
 import os
 from typing import Dict, Optional, Tuple
@@ -12,7 +13,8 @@ from torch import nn
 from ..config import CfgNode
 from ..data import build_transforms
 from ..inference import FeatureExtractor, build_inference_model, inference_config
-from ..utils.errors import UsageError
+from ..modeling.deploy import fuse_for_deploy, has_deploy_hooks
+from ..utils.errors import ReidUserError, UsageError
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
 
 __all__ = ["FORMATS", "input_image_size", "random_images", "export_model"]
@@ -38,8 +40,13 @@ def random_images(batch: int, size: Tuple[int, int], dtype: str, seed: int, devi
 def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mode: str = "trace",
                  opset: int = DEFAULT_OPSET, input_dtype: str = "uint8", normalize: bool = True,
                  batch_size: int = 2, check_batch_size: int = 3, atol: float = 1e-4,
-                 model: Optional[nn.Module] = None) -> Dict[str, dict]:
+                 model: Optional[nn.Module] = None, fuse: bool = True) -> Dict[str, dict]:
     """Export the model of `cfg` (with MODEL.WEIGHTS) and check every export.
+
+    With `fuse`, what is exported is a copy of the model in deploy form
+    (`reid_engine.modeling.deploy.fuse_for_deploy`: RepVGG's branches folded into one conv
+    per block); the checks compare the exports with the unfused model, so they cover the
+    fusion too.
 
     Args:
         cfg: the config.
@@ -51,7 +58,9 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         normalize: L2-normalized (True) or raw features.
         batch_size, check_batch_size: export and check batch sizes.
         atol: largest accepted absolute difference to PyTorch.
-        model: an eval-mode model to export (default: built from `cfg` and MODEL.WEIGHTS).
+        model: an eval-mode model to export (default: built from `cfg` and MODEL.WEIGHTS);
+            it is not changed.
+        fuse: export the deploy form (True) or the model as it is.
     Returns:
         {format: {"path": file, "max_abs_diff": float or None (not checked)}}.
     Raises:
@@ -64,13 +73,15 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         raise UsageError("batch sizes must be at least 1 (--batch-size, --check-batch-size): pass positive sizes")
     cfg = inference_config(cfg)
     model = model if model is not None else build_inference_model(cfg)
-    module = FeatureExtractor(model, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
-    device = module.model.device
+    unfused = FeatureExtractor(model, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
+    device = model.device
     size = input_image_size(cfg)
     example = random_images(batch_size, size, input_dtype, seed=0, device=device)
     check = random_images(check_batch_size, size, input_dtype, seed=1, device=device)
     with torch.no_grad(), _exact_float32():
-        reference = module(check).float().cpu().numpy()
+        reference = unfused(check).float().cpu().numpy()
+    deployed = _deploy_form(model) if fuse else model
+    module = FeatureExtractor(deployed, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
     os.makedirs(output_dir, exist_ok=True)
     results: Dict[str, dict] = {}
     kind = "L2-normalized" if normalize else "raw"
@@ -91,9 +102,22 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         logger.info("%s: %s; max |difference| to PyTorch on %d images: %s",
                     name, result["path"], check_batch_size, shown)
         if diff is not None and diff > atol:
-            raise ExportError(f"the {name} export differs from PyTorch by {diff:.3g} (> --atol {atol:g}); "
+            fused = " (of the model fused for deployment; --no-fuse exports it unfused)" if deployed is not model else ""
+            raise ExportError(f"the {name} export{fused} differs from PyTorch by {diff:.3g} (> --atol {atol:g}); "
                             "the exported file is not reliable")
     return results
+
+
+def _deploy_form(model: nn.Module) -> nn.Module:
+    """A copy of `model` with its re-parameterisable blocks fused (`model` itself when it
+    has none, or when they cannot be fused: then it is exported unfused, with a warning)."""
+    if not has_deploy_hooks(model):
+        return fuse_for_deploy(model)  # nothing changes; it logs that there was nothing to fuse
+    try:
+        return fuse_for_deploy(copy.deepcopy(model))
+    except ReidUserError as e:
+        logger.warning("Exporting the model unfused: %s", e)
+        return model
 
 
 @contextlib.contextmanager

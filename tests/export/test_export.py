@@ -17,9 +17,14 @@ def exported(data_root, tiny_checkpoint, tiny_predictor, tmp_path_factory):
                              model=tiny_predictor.model)
 
 
-def _reference(tiny_predictor, images):
+def _features(model, images):
+    """The normalised features of the eager PyTorch model."""
     with torch.no_grad():
-        return FeatureExtractor(tiny_predictor.model)(images)
+        return FeatureExtractor(model)(images)
+
+
+def _reference(tiny_predictor, images):
+    return _features(tiny_predictor.model, images)
 
 
 def test_torchscript_equals_pytorch_on_another_batch_size(exported, tiny_predictor):
@@ -109,3 +114,59 @@ def test_unscriptable_layer_is_named_and_trace_still_works(tmp_path):
     with torch.no_grad():
         expected = module(images)
     torch.testing.assert_close(torch.from_numpy(export.run_torchscript(path, images)), expected)
+
+
+# ----------------------------------------------------------------------------- deploy fusion
+def _repvgg_cfg(data_root):
+    return tiny_cfg(data_root, extra=["MODEL.BACKBONE.NAME", "build_repvgg_backbone", "MODEL.BACKBONE.DEPTH", "A0",
+                                      "MODEL.HEADS.NUM_CLASSES", 24])
+
+
+@pytest.fixture(scope="module")
+def repvgg_model(data_root):
+    """An eval-mode Baseline with a RepVGG-A0 trunk and non-trivial norm statistics."""
+    from reid_engine.modeling import build_model
+
+    torch.manual_seed(0)
+    model = build_model(_repvgg_cfg(data_root))
+    gen = torch.Generator().manual_seed(0)
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.running_mean.copy_(torch.randn(module.num_features, generator=gen) * 0.2)
+            module.running_var.copy_(torch.rand(module.num_features, generator=gen) + 0.5)
+    return model.eval().requires_grad_(False)
+
+
+def _export_logs(caplog, monkeypatch):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
+    caplog.set_level(logging.INFO)
+    return caplog
+
+
+def test_repvgg_export_is_fused_and_equals_the_unfused_model(repvgg_model, data_root, tmp_path, caplog, monkeypatch):
+    logs = _export_logs(caplog, monkeypatch)
+    results = export.export_model(_repvgg_cfg(data_root), str(tmp_path), model=repvgg_model)
+    assert "Fused 22 blocks for deployment (22 RepVGGBlock)" in logs.text
+    assert results["torchscript"]["max_abs_diff"] <= 1e-4
+    assert any(".rbr_dense." in k for k in repvgg_model.state_dict())  # the caller's model is not changed
+    keys = torch.jit.load(results["torchscript"]["path"]).state_dict()
+    assert "model.backbone.stage1.1.rbr_reparam.weight" in keys
+    assert not any("rbr_dense" in k or "rbr_identity" in k for k in keys)
+    images = export.random_images(4, (64, 32), "uint8", seed=11)
+    expected = _features(repvgg_model, images)
+    outputs = torch.from_numpy(export.run_torchscript(results["torchscript"]["path"], images))
+    assert (outputs - expected).abs().max().item() <= 1e-4
+    if export.run_onnx(results["onnx"]["path"], images) is not None:
+        assert results["onnx"]["max_abs_diff"] <= 1e-4
+        onnx_out = torch.from_numpy(export.run_onnx(results["onnx"]["path"], images))
+        assert (onnx_out - expected).abs().max().item() <= 1e-4
+
+
+def test_repvgg_export_without_fusion(repvgg_model, data_root, tmp_path):
+    results = export.export_model(_repvgg_cfg(data_root), str(tmp_path), formats=["torchscript"],
+                                  model=repvgg_model, fuse=False)
+    keys = torch.jit.load(results["torchscript"]["path"]).state_dict()
+    assert "model.backbone.stage1.1.rbr_identity.running_var" in keys
+    assert results["torchscript"]["max_abs_diff"] <= 1e-4

@@ -11,6 +11,7 @@ from .imagenet_weights import (
 from .mobilenetv2 import MOBILENETV2_DEPTHS, MobileNetV2, build_mobilenetv2_backbone
 from .mobilenetv3 import MOBILENETV3_DEPTHS, MobileNetV3, build_mobilenetv3_backbone
 from .osnet import OSNET_DEPTHS, OSNet, build_osnet_backbone
+from .repvgg import REPVGG_DEPTHS, FusionError, RepVGG, RepVGGBlock, build_repvgg_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 from .shufflenetv2 import SHUFFLENETV2_DEPTHS, ShuffleNetV2, build_shufflenetv2_backbone
 
@@ -40,4 +41,9 @@ __all__ = [
     "SHUFFLENETV2_DEPTHS",
     "ShuffleNetV2",
     "build_shufflenetv2_backbone",
+    "REPVGG_DEPTHS",
+    "FusionError",
+    "RepVGG",
+    "RepVGGBlock",
+    "build_repvgg_backbone",
 ]
