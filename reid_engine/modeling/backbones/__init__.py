@@ -1,4 +1,4 @@
-"""Backbones: registry, builder and the ResNet family."""
+"""Backbones: registry, builder and the backbone families."""
 from .build import BACKBONE_REGISTRY, build_backbone
 from .imagenet_weights import (
     WEIGHT_FAMILIES,
@@ -9,6 +9,7 @@ from .imagenet_weights import (
     register_weights_family,
 )
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
+from .resnext import RESNEXT_DEPTHS, ResNeXt, build_resnext_backbone
 
 __all__ = [
     "BACKBONE_REGISTRY",
@@ -24,4 +25,7 @@ __all__ = [
     "Bottleneck",
     "ResNet",
     "build_resnet_backbone",
+    "RESNEXT_DEPTHS",
+    "ResNeXt",
+    "build_resnext_backbone",
 ]
