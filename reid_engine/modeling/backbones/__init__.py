@@ -8,6 +8,7 @@ from .imagenet_weights import (
     load_imagenet_weights,
     register_weights_family,
 )
+from .resnest import RESNEST_DEPTHS, ResNeSt, build_resnest_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 from .resnext import RESNEXT_DEPTHS, ResNeXt, build_resnext_backbone
 
@@ -25,6 +26,9 @@ __all__ = [
     "Bottleneck",
     "ResNet",
     "build_resnet_backbone",
+    "RESNEST_DEPTHS",
+    "ResNeSt",
+    "build_resnest_backbone",
     "RESNEXT_DEPTHS",
     "ResNeXt",
     "build_resnext_backbone",
