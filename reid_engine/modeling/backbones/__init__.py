@@ -12,7 +12,9 @@ from .mobilenetv2 import MOBILENETV2_DEPTHS, MobileNetV2, build_mobilenetv2_back
 from .mobilenetv3 import MOBILENETV3_DEPTHS, MobileNetV3, build_mobilenetv3_backbone
 from .osnet import OSNET_DEPTHS, OSNet, build_osnet_backbone
 from .repvgg import REPVGG_DEPTHS, FusionError, RepVGG, RepVGGBlock, build_repvgg_backbone
+from .resnest import RESNEST_DEPTHS, ResNeSt, build_resnest_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
+from .resnext import RESNEXT_DEPTHS, ResNeXt, build_resnext_backbone
 from .shufflenetv2 import SHUFFLENETV2_DEPTHS, ShuffleNetV2, build_shufflenetv2_backbone
 
 __all__ = [
@@ -46,4 +48,10 @@ __all__ = [
     "RepVGG",
     "RepVGGBlock",
     "build_repvgg_backbone",
+    "RESNEST_DEPTHS",
+    "ResNeSt",
+    "build_resnest_backbone",
+    "RESNEXT_DEPTHS",
+    "ResNeXt",
+    "build_resnext_backbone",
 ]

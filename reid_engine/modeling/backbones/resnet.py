@@ -3,9 +3,10 @@
 Module names follow torchvision's ResNet (conv1, bn1, layerN.B.convK / bnK,
 layerN.B.downsample.0/1; no fc) and fast-reid's additions (bn1.IN / bn1.BN for IBN-a,
 se.fc.*, NL_2.i / NL_3.i), so fast-reid checkpoints and torchvision / IBN-Net
-ImageNet weights load without key renaming.
+ImageNet weights load without key renaming. The trunk also serves ResNeXt (grouped
+bottlenecks, see resnext.py).
 """
-from typing import Optional, Sequence, Type
+from typing import Any, Mapping, Optional, Sequence, Type
 
 import torch
 from torch import nn
@@ -17,7 +18,7 @@ from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import load_imagenet_weights
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS"]
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS", "init_trunk_weights"]
 
 
 def _first_norm(planes: int, norm: str, with_ibn: bool) -> nn.Module:
@@ -76,21 +77,28 @@ class BasicBlock(_ResidualBlock):
 
 
 class Bottleneck(_ResidualBlock):
-    """1x1 reduce, 3x3 (carrying the stride), 1x1 expand by 4 (ResNet-50/101/152).
+    """1x1 reduce, 3x3 (carrying the stride), 1x1 expand by 4 (ResNet-50/101/152; with
+    groups > 1 the 3x3 is grouped, as in ResNeXt).
 
-    Args: as BasicBlock; the output has planes * 4 channels.
+    Args: as BasicBlock, plus
+        groups: groups of the 3x3 conv (ResNeXt's cardinality).
+        width_per_group: channels of each group when planes is 64 (ResNeXt's base width);
+            the inner width is floor(planes * width_per_group / 64) * groups (planes for ResNet).
+    The output has planes * 4 channels.
     """
 
     expansion = 4
 
     def __init__(self, inplanes: int, planes: int, norm: str, with_ibn: bool = False,
-                 with_se: bool = False, stride: int = 1, downsample: Optional[nn.Module] = None):
+                 with_se: bool = False, stride: int = 1, downsample: Optional[nn.Module] = None,
+                 *, groups: int = 1, width_per_group: int = 64):
         super().__init__(planes * self.expansion, with_se, downsample)
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
-        self.bn1 = _first_norm(planes, norm, with_ibn)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = get_norm(norm, planes)
-        self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
+        width = planes * width_per_group // 64 * groups
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = _first_norm(width, norm, with_ibn)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
+        self.bn2 = get_norm(norm, width)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
         self.bn3 = get_norm(norm, planes * self.expansion)
 
     def residual(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +106,20 @@ class Bottleneck(_ResidualBlock):
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
         return self.bn3(self.conv3(out))
+
+
+def init_trunk_weights(model: nn.Module) -> None:
+    """Kaiming-normal (fan_out) conv weights and zero conv biases, norm weight 1 / bias 0,
+    for every module of `model` (the usual ResNet-family initialisation)."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
+            if module.weight is not None:
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
 
 
 class ResNet(nn.Module):
@@ -108,34 +130,43 @@ class ResNet(nn.Module):
         blocks_per_stage: number of blocks in layer1..layer4.
         last_stride: stride of layer4 (1 keeps a 2x larger map, the ReID default).
         norm: norm name for every norm layer.
-        with_ibn: IBN-a in bn1 of every block of layer1-3 (IBN-Net's rule; not layer4).
+        with_ibn: IBN-a in bn1 of every block of the stages `ibn_stages`.
         with_se: squeeze-excitation in every block.
         non_local_per_stage: non-local blocks per stage, placed after that stage's
             last blocks (fast-reid's positions), held in NL_1..NL_4.
+        ibn_stages: the stages (1-4) that get IBN-a; IBN-Net's rule (and fast-reid's
+            ResNet) leaves layer4 out.
+        block_options: extra keyword arguments of every block (e.g. ResNeXt's groups).
+        stem_pool: the pooling after the stem; None gives fast-reid's ResNet pooling.
     """
 
     def __init__(self, block: Type[_ResidualBlock], blocks_per_stage: Sequence[int], *,
                  last_stride: int = 1, norm: str = "BN", with_ibn: bool = False,
-                 with_se: bool = False, non_local_per_stage: Sequence[int] = (0, 0, 0, 0)):
+                 with_se: bool = False, non_local_per_stage: Sequence[int] = (0, 0, 0, 0),
+                 ibn_stages: Sequence[int] = (1, 2, 3), block_options: Optional[Mapping[str, Any]] = None,
+                 stem_pool: Optional[nn.Module] = None):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = get_norm(norm, 64)
         self.relu = nn.ReLU(inplace=True)
-        # fast-reid's stem pooling (no padding, ceil_mode), so its checkpoints see the same
-        # windows and map sizes: 256x128 -> 64x32 after the stem.
-        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True)
+        if stem_pool is None:
+            # fast-reid's ResNet stem pooling (no padding, ceil_mode), so its checkpoints see
+            # the same windows and map sizes: 256x128 -> 64x32 after the stem.
+            stem_pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True)
+        self.maxpool = stem_pool
         inplanes = 64
         stage_channels = []
         strides = (1, 2, 2, last_stride)
         for stage, (planes, count, stride) in enumerate(
                 zip((64, 128, 256, 512), blocks_per_stage, strides), start=1):
-            stage_ibn = with_ibn and stage < 4
-            layer = self._make_stage(block, inplanes, planes, count, stride, norm, stage_ibn, with_se)
+            stage_ibn = with_ibn and stage in ibn_stages
+            layer = self._make_stage(block, inplanes, planes, count, stride, norm, stage_ibn, with_se,
+                                     block_options)
             setattr(self, f"layer{stage}", layer)
             inplanes = planes * block.expansion
             stage_channels.append(inplanes)
         self.out_channels = inplanes
-        self._init_trunk()
+        init_trunk_weights(self)
         # Non-local blocks are built after the trunk init: they keep their own
         # (identity-at-start) initialisation.
         for stage, count in enumerate(non_local_per_stage, start=1):
@@ -148,28 +179,20 @@ class ResNet(nn.Module):
                     NonLocal(stage_channels[stage - 1], norm) for _ in range(count)))
 
     @staticmethod
-    def _make_stage(block, inplanes, planes, count, stride, norm, with_ibn, with_se) -> nn.Sequential:
+    def _make_stage(block, inplanes, planes, count, stride, norm, with_ibn, with_se,
+                    block_options=None) -> nn.Sequential:
         """One stage: `count` blocks, the first with the stride and a projection shortcut."""
+        options = dict(block_options or {})
         downsample = None
         if stride != 1 or inplanes != planes * block.expansion:
             downsample = nn.Sequential(
                 nn.Conv2d(inplanes, planes * block.expansion, 1, stride=stride, bias=False),
                 get_norm(norm, planes * block.expansion),
             )
-        blocks = [block(inplanes, planes, norm, with_ibn, with_se, stride, downsample)]
-        blocks += [block(planes * block.expansion, planes, norm, with_ibn, with_se)
+        blocks = [block(inplanes, planes, norm, with_ibn, with_se, stride, downsample, **options)]
+        blocks += [block(planes * block.expansion, planes, norm, with_ibn, with_se, **options)
                    for _ in range(1, count)]
         return nn.Sequential(*blocks)
-
-    def _init_trunk(self) -> None:
-        """Kaiming-normal (fan_out) convs, norm weight 1 / bias 0."""
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
-                if module.weight is not None:
-                    nn.init.ones_(module.weight)
-                    nn.init.zeros_(module.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Map images (B, 3, H, W) to the layer4 feature map (B, out_channels, h, w)."""
