@@ -71,12 +71,17 @@ def register_weights_family(family: WeightsFamily) -> WeightsFamily:
 def detect_weights_family(state: Mapping[str, Tensor]) -> Optional[str]:
     """The name of the first registered family whose fingerprint accepts `state`, or None."""
     for family in WEIGHT_FAMILIES.values():
-        try:
-            if family.fingerprint(state):
-                return family.name
-        except (KeyError, IndexError, AttributeError, TypeError):
-            continue
+        if _claims(family, state):
+            return family.name
     return None
+
+
+def _claims(family: WeightsFamily, state: Mapping[str, Tensor]) -> bool:
+    """True when `family`'s fingerprint accepts `state` (a failing fingerprint: False)."""
+    try:
+        return bool(family.fingerprint(state))
+    except (KeyError, IndexError, AttributeError, TypeError):
+        return False
 
 
 def _has(state: Mapping[str, Tensor], *keys: str) -> bool:
@@ -132,9 +137,12 @@ class _ImageNetWeightsLoader(Checkpointer):
         expected = self.model.state_dict()
         matched = sum(1 for key, value in expected.items()
                       if key in state and tuple(state[key].shape) == tuple(value.shape))
-        if matched >= _MIN_MATCHED_SHARE * len(expected):
-            return
         found = detect_weights_family(raw)
+        # A related family's file can share many tensors (a ResNeSt file holds most of a
+        # ResNet-50's): a file that another family claims and ours does not is refused too.
+        claimed_by_other = found is not None and found != self.family.name and not _claims(self.family, raw)
+        if matched >= _MIN_MATCHED_SHARE * len(expected) and not claimed_by_other:
+            return
         wanted = self.family.name + (f" ({self.family.releases})" if self.family.releases else "")
         if found and found != self.family.name:
             raise WeightsFamilyError(
