@@ -17,7 +17,7 @@ from reid_engine.utils.registry import check_choice, lookup
 
 from ..layers import NORM_NAMES
 from .build import BACKBONE_REGISTRY, check_backbone_options
-from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
+from .imagenet_weights import WeightsFamily, WeightsFamilyError, load_imagenet_weights, register_weights_family
 from .pycls_blocks import SqueezeExcitation, Stem, conv_norm, init_pycls_weights, rename_keys, stage
 
 __all__ = ["RegNetSpec", "REGNET_DEPTHS", "regnet_stages", "ResBottleneckBlock", "RegNet",
@@ -215,7 +215,7 @@ def build_regnet_backbone(cfg) -> RegNet:
     spec = REGNET_DEPTHS[opts.DEPTH]
     model = RegNet(spec, last_stride=opts.LAST_STRIDE, norm=opts.NORM, with_se=spec.with_se or opts.WITH_SE)
     if opts.PRETRAIN:
-        load_imagenet_weights(model, opts.PRETRAIN_PATH, "RegNet")
+        _load_regnet_weights(model, opts.PRETRAIN_PATH, opts.DEPTH)
     return model
 
 
@@ -250,6 +250,24 @@ def _rename_regnet_weights(state):
     (s1.b1.conv1.conv, s1.b1.se.fc1, s1.b1.downsample.conv, ...) keys to pycls's; pycls's
     own files already match."""
     return rename_keys(state, _TORCHVISION_RULES + _TIMM_RULES)
+
+
+def _load_regnet_weights(model: RegNet, path: str, depth: str) -> None:
+    """load_imagenet_weights, refusing a file whose stage widths differ from the model's.
+
+    torchvision rounds RegNet widths to the group width half-up where pycls (fast-reid,
+    timm) rounds half-to-even, so its regnet_x_400mf and regnet_y_800mf have other stage
+    widths (e.g. 144 / 784 in place of 128 / 768): loading only the tensors that fit would
+    leave a half-initialised network.
+    """
+    incompatible = load_imagenet_weights(model, path, "RegNet")
+    if incompatible.incorrect_shapes:
+        key, file_shape, model_shape = incompatible.incorrect_shapes[0]
+        raise WeightsFamilyError(
+            f"MODEL.BACKBONE.PRETRAIN_PATH: {path} has {len(incompatible.incorrect_shapes)} tensors of other "
+            f"shapes than RegNet {depth} (first: {key} {tuple(file_shape)} vs {tuple(model_shape)}); it is "
+            "another RegNet (torchvision's regnet_x_400mf / regnet_y_800mf round widths unlike pycls): use "
+            "pycls's or timm's ImageNet file of this MODEL.BACKBONE.DEPTH")
 
 
 def _is_regnet_weights(state) -> bool:
