@@ -8,7 +8,7 @@ pycls ImageNet files load unchanged; torchvision's and timm's releases are renam
 """
 import itertools
 import math
-from typing import Dict, List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
@@ -161,7 +161,8 @@ class RegNet(nn.Module):
         with_se: squeeze-excitation in every block; None takes the spec's (on for RegNetY).
     """
 
-    def __init__(self, spec: RegNetSpec, *, last_stride: int = 1, norm: str = "BN", with_se=None):
+    def __init__(self, spec: RegNetSpec, *, last_stride: int = 1, norm: str = "BN",
+                 with_se: Optional[bool] = None):
         super().__init__()
         se_ratio = _SE_RATIO if (spec.with_se if with_se is None else with_se) else 0.0
         self.stem = Stem(_STEM_WIDTH, norm, nn.ReLU(inplace=True))
