@@ -143,8 +143,8 @@ def _as_checkpoint_dict(path: str, loaded: Any) -> Dict[str, Any]:
     """Bring the layouts we accept to ``{"model": state_dict, **other_entries}``.
 
     Accepted: ``{"model": sd, ...}`` (ours, fast-reid's, detectron2's),
-    ``{"state_dict": sd, ...}`` (torchreid and others) and a bare state dict
-    (torchvision's ``.pth`` files).
+    ``{"state_dict": sd, ...}`` (torchreid and others), ``{"model_state": sd, ...}``
+    (pycls's ImageNet files) and a bare state dict (torchvision's ``.pth`` files).
     """
     if not isinstance(loaded, Mapping):
         raise CheckpointError(
@@ -156,6 +156,8 @@ def _as_checkpoint_dict(path: str, loaded: Any) -> Dict[str, Any]:
         pass
     elif isinstance(checkpoint.get("state_dict"), Mapping):
         checkpoint["model"] = checkpoint.pop("state_dict")
+    elif isinstance(checkpoint.get("model_state"), Mapping):
+        checkpoint["model"] = checkpoint.pop("model_state")
     elif checkpoint and all(_is_tensor_like(v) for v in checkpoint.values()):
         checkpoint = {"model": loaded}
     else:
@@ -177,7 +179,8 @@ def load_checkpoint_file(path: str, allow_unsafe_load: bool = False) -> Dict[str
     """Read a weights file without a model: ``{"model": state_dict, **other_entries}``.
 
     Safe unpickling unless `allow_unsafe_load` or ``REID_ALLOW_UNSAFE_LOAD=1``; accepted
-    layouts: ``{"model": sd, ...}``, ``{"state_dict": sd, ...}`` and a bare state dict.
+    layouts: ``{"model": sd, ...}``, ``{"state_dict": sd, ...}``, ``{"model_state": sd, ...}``
+    and a bare state dict.
 
     Args:
         path: the file.

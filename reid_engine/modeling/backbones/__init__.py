@@ -1,5 +1,6 @@
 """Backbones: registry, builder, ImageNet-weights loading and the families."""
 from .build import BACKBONE_REGISTRY, build_backbone
+from .effnet import EFFNET_DEPTHS, EffNet, build_effnet_backbone
 from .imagenet_weights import (
     WEIGHT_FAMILIES,
     PretrainPathError,
@@ -11,6 +12,7 @@ from .imagenet_weights import (
 from .mobilenetv2 import MOBILENETV2_DEPTHS, MobileNetV2, build_mobilenetv2_backbone
 from .mobilenetv3 import MOBILENETV3_DEPTHS, MobileNetV3, build_mobilenetv3_backbone
 from .osnet import OSNET_DEPTHS, OSNet, build_osnet_backbone
+from .regnet import REGNET_DEPTHS, RegNet, build_regnet_backbone
 from .repvgg import REPVGG_DEPTHS, FusionError, RepVGG, RepVGGBlock, build_repvgg_backbone
 from .resnest import RESNEST_DEPTHS, ResNeSt, build_resnest_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
@@ -54,4 +56,10 @@ __all__ = [
     "RESNEXT_DEPTHS",
     "ResNeXt",
     "build_resnext_backbone",
+    "REGNET_DEPTHS",
+    "RegNet",
+    "build_regnet_backbone",
+    "EFFNET_DEPTHS",
+    "EffNet",
+    "build_effnet_backbone",
 ]

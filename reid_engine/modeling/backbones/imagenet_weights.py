@@ -4,8 +4,8 @@ checkpoint loader. Nothing is downloaded.
 Each family registers how its common public release is laid out: a `rename` function that
 maps the file's keys to our module names (identity where they already match), the
 classifier prefixes to drop, and a `fingerprint` that recognises a file of that family. A
-file is accepted bare or wrapped under "state_dict" / "model", optionally with
-DataParallel's "module." prefix. A file in which most of the model's tensors are not
+file is accepted bare or wrapped under "state_dict" / "model" / "model_state" (pycls),
+optionally with DataParallel's "module." prefix. A file in which most of the model's tensors are not
 found (by name and shape) is refused with one line that names the family the file looks
 like and the family the config builds.
 """
