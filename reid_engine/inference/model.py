@@ -20,7 +20,8 @@ logger = logging.getLogger(__name__)
 # Class count used when neither the config nor the checkpoint gives one; the classifier
 # is not used at inference, so any positive value builds a working model.
 PLACEHOLDER_NUM_CLASSES = 1
-_CLASSIFIER_KEY = "heads.weight"
+# the classifier of Baseline's head, and of the first of MGN's heads
+_CLASSIFIER_KEYS = ("heads.weight", "b1_head.weight")
 
 
 def checkpoint_num_classes(path: str) -> Optional[int]:
@@ -31,12 +32,12 @@ def checkpoint_num_classes(path: str) -> Optional[int]:
     Args:
         path: a checkpoint file (ours, fast-reid's, or a bare state dict).
     Returns:
-        rows of the ``heads.weight`` entry (a ``module.`` prefix is allowed), or None
+        rows of the ``heads.weight`` (MGN: ``b1_head.weight``) entry (a ``module.`` prefix is allowed), or None
         when the checkpoint has no such entry.
     """
     state = load_checkpoint_file(path)["model"]
     for key, value in state.items():
-        if (key == _CLASSIFIER_KEY or key.endswith("." + _CLASSIFIER_KEY)) and value.ndim == 2:
+        if any(key == k or key.endswith("." + k) for k in _CLASSIFIER_KEYS) and value.ndim == 2:
             return int(value.shape[0])
     return None
 

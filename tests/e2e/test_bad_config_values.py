@@ -22,7 +22,7 @@ CASES = [
     ("SOLVER.OPT", "Adamm", "did you mean Adam?"),
     ("MODEL.HEADS.POOL_LAYER", "GeM", "choose one of AdaptiveAvgMaxPool"),
     ("DATALOADER.SAMPLER_TRAIN", "Naive", "did you mean NaiveIdentitySampler?"),
-    ("MODEL.META_ARCHITECTURE", "MGN", "choose one of Baseline"),
+    ("MODEL.META_ARCHITECTURE", "Mgn", "did you mean MGN?"),
     ("MODEL.BACKBONE.NAME", "resnet", "did you mean build_resnet_backbone?"),
     # keys added with the fast-reid fidelity fixes
     ("TEST.NECK_FEAT", "middle", "choose one of before, after"),

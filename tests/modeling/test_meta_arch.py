@@ -90,10 +90,10 @@ def test_bad_inputs_are_clear_errors(model):
     model.train()
     with pytest.raises(ValueError, match="PIXEL_MEAN has 3 values but MODEL.PIXEL_STD has 2"):
         Baseline(backbone=model.backbone, heads=model.heads, pixel_mean=[1, 2, 3], pixel_std=[1, 2])
-    cfg = tiny_cfg("18x", META_ARCHITECTURE="MGN")
-    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'MGN': choose one of Baseline"):
+    cfg = tiny_cfg("18x", META_ARCHITECTURE="NoSuchArch")
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'NoSuchArch': choose one of Baseline"):
         build_model(cfg)
-    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'MGN'"):
+    with pytest.raises(UnknownChoiceError, match="unknown MODEL.META_ARCHITECTURE 'NoSuchArch'"):
         check_model_config(cfg)
 
 

@@ -1,7 +1,8 @@
-"""Meta architectures: registry, `build_model` and Baseline."""
+"""Meta architectures: registry, `build_model`, Baseline and MGN."""
 from .baseline import Baseline
 from .build import CHANNELS_LAST_CHOICES, META_ARCH_REGISTRY, build_model, use_channels_last
+from .mgn import MGN
 from .summary import count_flops, count_parameters, log_model_summary
 
-__all__ = ["META_ARCH_REGISTRY", "build_model", "Baseline", "count_flops", "count_parameters",
+__all__ = ["META_ARCH_REGISTRY", "build_model", "Baseline", "MGN", "count_flops", "count_parameters",
            "log_model_summary", "use_channels_last", "CHANNELS_LAST_CHOICES"]

@@ -16,25 +16,13 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-class _ImageToFeature(nn.Module):
-    """Trace-friendly view of a meta architecture: normalised image tensor -> feature."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.backbone = model.backbone
-        self.heads = model.heads
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.heads(self.backbone(images))
-
-
 def count_flops(model: nn.Module, image_size: Sequence[int]) -> int:
     """Count FLOPs (fvcore's convention: one multiply-add = one flop) of one image's
-    inference through model.backbone and model.heads, in eval mode, on the model's device
+    inference (the model's eval forward on an image tensor), on the model's device
     (build_model counts on the CPU, before moving the model to the training device).
 
     Args:
-        model: a meta architecture with `backbone` and `heads`.
+        model: a meta architecture: its eval forward maps images (B, 3, H, W) to features.
         image_size: (height, width).
 
     Returns:
@@ -50,7 +38,7 @@ def count_flops(model: nn.Module, image_size: Sequence[int]) -> int:
             warnings.simplefilter("ignore")
             from fvcore.nn import FlopCountAnalysis  # only needed here; its import warns too
 
-            analysis = FlopCountAnalysis(_ImageToFeature(model), (image,))
+            analysis = FlopCountAnalysis(model, (image,))
             analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             analysis.tracer_warnings("none")
             return int(analysis.total())
