@@ -135,8 +135,7 @@ def test_a_resnest_file_is_refused_by_other_families(tmp_path, name, depth):
 @pytest.mark.parametrize("opts, message", [
     ({"DEPTH": "50"}, "unknown MODEL.BACKBONE.DEPTH '50': choose one of 50x, 101x, 200x, 269x; did you mean 50x"),
     ({"WITH_IBN": True}, "MODEL.BACKBONE.WITH_IBN is True, but build_resnest_backbone has no such variant "
-                         r"\(it has none of WITH_IBN/WITH_NL/WITH_SE\); set WITH_IBN False"),
-    ({"WITH_NL": True}, "MODEL.BACKBONE.WITH_NL is True, but build_resnest_backbone has no such variant"),
+                         r"\(it has WITH_NL\); set WITH_IBN False"),
     ({"WITH_SE": True}, "MODEL.BACKBONE.WITH_SE is True, but build_resnest_backbone"),
     ({"NORM": "LN"}, "unknown MODEL.BACKBONE.NORM 'LN'"),
 ])
@@ -145,6 +144,16 @@ def test_bad_options_are_one_line_config_errors(opts, message):
     with pytest.raises((ConfigError, UnknownChoiceError), match=message) as caught:
         build_resnest_backbone(cfg)
     assert "\n" not in str(caught.value)
+
+
+def test_with_nl_is_ignored_like_fastreid(caplog):
+    """fast-reid's own AGW_S50 / sbs_S50 files set WITH_NL True (from their base files); its
+    ResNeSt ignores it, so ours builds the same model and says so."""
+    plain = build_resnest_backbone(family_cfg(NAME, "50x"))
+    with caplog.at_level("WARNING"):
+        with_nl = build_resnest_backbone(family_cfg(NAME, "50x", WITH_NL=True))
+    assert list(with_nl.state_dict()) == list(plain.state_dict())
+    assert "WITH_NL has no effect on build_resnest_backbone" in caplog.text
 
 
 def test_check_config_rejects_a_bad_depth_without_building(monkeypatch):

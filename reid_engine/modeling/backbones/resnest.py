@@ -9,6 +9,7 @@ attention), conv3/bn3, downsample.1/2 (downsample.0 is the weight-free average p
 fast-reid's last stride 1 keeps layer4 at stride 1 and dilates all but its first block by 2;
 its first block still smooths with a 3x3, stride-1 average pool (the "avd" pool).
 """
+import logging
 from typing import Mapping, Optional, Sequence
 
 import torch
@@ -20,6 +21,8 @@ from ..layers import NORM_NAMES, get_norm
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
 from .resnet import _ResidualBlock, init_trunk_weights
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SplitAttentionConv", "ResNeStBottleneck", "ResNeSt", "RESNEST_DEPTHS", "build_resnest_backbone"]
 
@@ -184,10 +187,11 @@ RESNEST_DEPTHS = {
 
 
 def check_resnest_config(cfg) -> None:
-    """Check MODEL.BACKBONE.DEPTH (a ResNeSt depth), NORM and LAST_STRIDE, and refuse the
-    WITH_* variants (fast-reid's ResNeSt has none), building nothing."""
+    """Check MODEL.BACKBONE.DEPTH (a ResNeSt depth), NORM and LAST_STRIDE, and refuse
+    WITH_IBN / WITH_SE, building nothing. WITH_NL is accepted and ignored, as fast-reid does:
+    its own AGW_S50 / sbs_S50 files inherit WITH_NL True from their base files."""
     lookup(RESNEST_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
-    check_backbone_options(cfg, ())
+    check_backbone_options(cfg, ("WITH_NL",))
     check_choice(cfg.MODEL.BACKBONE.NORM, NORM_NAMES, "MODEL.BACKBONE.NORM")
 
 
@@ -203,6 +207,9 @@ def build_resnest_backbone(cfg) -> ResNeSt:
     """
     opts = cfg.MODEL.BACKBONE
     check_resnest_config(cfg)
+    if opts.WITH_NL:
+        logger.warning("MODEL.BACKBONE.WITH_NL has no effect on build_resnest_backbone: ResNeSt has no "
+                       "non-local blocks (fast-reid ignores it too)")
     blocks_per_stage, stem_width = RESNEST_DEPTHS[opts.DEPTH]
     model = ResNeSt(blocks_per_stage, stem_width=stem_width, last_stride=opts.LAST_STRIDE, norm=opts.NORM)
     if opts.PRETRAIN:
