@@ -129,6 +129,7 @@ class TrainerBase:
                     self.before_step()
                     self.run_step()
                     self.after_step()
+                self.flush_metrics()  # a bad loss staged in the last steps fails the run here
                 # One past the last step, so hooks can tell a completed run from a failed one.
                 self.iter += 1
             except Exception:
@@ -146,15 +147,10 @@ class TrainerBase:
             h.before_train()
 
     def after_train(self) -> None:
-        """Write the metrics still pending (when training completed), then call
-        ``after_train`` of every hook (storage iteration = trainer iteration)."""
-        try:
-            if self.iter == self.max_iter:  # completed: one past the last step
-                self.flush_metrics()
-        finally:
-            self.storage.iter = self.iter
-            for h in self._hooks:
-                h.after_train()
+        """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.after_train()
 
     def flush_metrics(self) -> None:
         """Write metrics a step computed but has not fetched yet (none here; see

@@ -170,6 +170,17 @@ def test_delayed_nan_detection_names_the_first_bad_iteration_within_one_period()
     assert [itr for _, itr in trainer.storage.history("total_loss").values()] == [0, 1, 2, 3]
 
 
+def test_a_nan_in_the_last_steps_fails_the_run_without_a_final_evaluation():
+    from reid_engine.engine import hooks
+
+    trainer = make_trainer(gather_metric_period=10)
+    evaluations = []
+    trainer.register_hooks([_PoisonAt(7), hooks.EvalHook(0, lambda: evaluations.append(1) or {})])
+    with pytest.raises(FloatingPointError, match="iteration 7"):
+        trainer.train(0, 9)  # never reaches a fetch period: the end of training fetches
+    assert evaluations == [] and trainer.iter == 8
+
+
 def test_a_checkpoint_after_a_nan_is_never_written(tmp_path):
     """The periodic checkpointer fetches the staged losses before it saves: the NaN of
     iteration 2 stops the run at iteration 3's save; the iteration-1 checkpoint stays."""

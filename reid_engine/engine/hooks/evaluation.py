@@ -59,8 +59,9 @@ class EvalHook(HookBase):
             self._do_eval()
 
     def after_train(self):
-        # trainer.iter reaches max_iter only when the last step completed.
-        if self.trainer.iter + 1 >= self.trainer.max_iter:
+        # trainer.iter reaches max_iter only when the last step completed (a run that failed
+        # in its last step, e.g. on a NaN loss, is not evaluated).
+        if self.trainer.iter >= self.trainer.max_iter:
             self._do_eval()
         # The function is often a closure holding the trainer: release it.
         self._func = None
