@@ -2,6 +2,7 @@
 from .baseline import Baseline
 from .build import CHANNELS_LAST_CHOICES, META_ARCH_REGISTRY, build_model, use_channels_last
 from .summary import count_flops, count_parameters, log_model_summary
+from .video_baseline import VideoBaseline
 
-__all__ = ["META_ARCH_REGISTRY", "build_model", "Baseline", "count_flops", "count_parameters",
+__all__ = ["META_ARCH_REGISTRY", "build_model", "Baseline", "VideoBaseline", "count_flops", "count_parameters",
            "log_model_summary", "use_channels_last", "CHANNELS_LAST_CHOICES"]
