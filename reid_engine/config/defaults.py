@@ -57,6 +57,9 @@ _C.MODEL.HEADS.POOL_LAYER = "GlobalAvgPool"
 _C.MODEL.HEADS.CLS_LAYER = "Linear"
 _C.MODEL.HEADS.MARGIN = 0.0
 _C.MODEL.HEADS.SCALE = 1
+# (ours, video ReID) How MODEL.META_ARCHITECTURE VideoBaseline pools the T frame maps of a
+# tracklet into one map before the head: avg, max, or attention (learned per-frame weights).
+_C.MODEL.HEADS.TEMPORAL_POOL = "avg"
 
 _C.MODEL.LOSSES = CN()
 # Any of CrossEntropyLoss TripletLoss CircleLoss Cosface FocalLoss.
@@ -94,6 +97,11 @@ _C.MODEL.LOSSES.COSFACE.SCALE = 1.0
 _C.INPUT = CN()
 _C.INPUT.SIZE_TRAIN = [256, 128]  # [height, width]
 _C.INPUT.SIZE_TEST = [256, 128]
+# (ours, torchreid's seq_len and sample_method; video datasets only) Frames taken from each
+# tracklet, and how training picks them: evenly (every (n // SEQ_LEN)-th frame) or random
+# (sorted random frames). The test sets use TEST.SAMPLE_METHOD. torchreid's default is 15.
+_C.INPUT.SEQ_LEN = 15
+_C.INPUT.SAMPLE_METHOD = "evenly"
 
 _C.INPUT.CROP = CN()
 _C.INPUT.CROP.ENABLED = False
@@ -228,6 +236,9 @@ _C.TEST.METRIC = "cosine"  # cosine euclidean
 # itself without a BN neck) or "before" it (the pooled or embedded feature). The feature
 # the metric losses see in training is MODEL.HEADS.NECK_FEAT.
 _C.TEST.NECK_FEAT = "after"
+# (ours, video datasets only) Frames of a query / gallery tracklet: evenly or random
+# (INPUT.SEQ_LEN frames), or all (every frame; one tracklet per batch).
+_C.TEST.SAMPLE_METHOD = "evenly"
 
 _C.TEST.ROC = CN()
 _C.TEST.ROC.ENABLED = False

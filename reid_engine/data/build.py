@@ -16,14 +16,17 @@ from torch.utils.data import BatchSampler, DataLoader, default_collate
 
 from reid_engine.config import ConfigError
 from reid_engine.utils import comm
+from reid_engine.utils.registry import check_choice
 
 from .common import ImageItemSet, TrainImageSet, sample_rng
-from .datasets import DatasetFormatError, get_dataset, merge_train_sets, resolve_data_root
+from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
+from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet
 from .transforms import build_transforms
 
 __all__ = ["build_reid_train_loader", "build_reid_test_loader", "check_data_config", "TrainLoader",
+           "build_tracklet_inference_loader", "check_tracklet_config",
            "DevicePrefetcher", "collate_samples"]
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """Stack sample dicts into ``{"images": uint8 (B, 3, H, W), "targets": int64 (B,),
     "camids": int64 (B,), "img_paths": list[str]}``, plus ``"domains": int64 (B,)`` when
     the samples carry a ``"domain"`` (training samples do, test samples do not).
+    Tracklet samples ((T, 3, H, W) each) stack into (B, T, 3, H, W) images.
 
     Raises:
         ConfigError: the images of the batch differ in size (one line naming the fix).
@@ -68,7 +72,10 @@ class TrainCollator:
         batch = collate_samples(samples)
         if self.pipeline.batch_ops:
             rng = sample_rng(*samples[0]["stream_key"], purpose=2)
-            batch["images"] = self.pipeline.apply_batch(batch["images"], rng)
+            images = batch["images"]
+            # Batch ops work on (N, 3, H, W): tracklet frames are folded into N and back.
+            folded = self.pipeline.apply_batch(images.flatten(0, 1) if images.dim() == 5 else images, rng)
+            batch["images"] = folded.view(images.shape)
         return batch
 
 
@@ -241,14 +248,41 @@ def check_data_config(cfg) -> None:
         for name in cfg[section][field]:
             dataset_class(name, key)
     SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
+    check_tracklet_config(cfg)
     for is_train in (True, False):  # building the pipelines only checks INPUT.* (cheap)
         build_transforms(cfg, is_train=is_train)
+
+
+def check_tracklet_config(cfg) -> None:
+    """Check INPUT.SEQ_LEN, INPUT.SAMPLE_METHOD and TEST.SAMPLE_METHOD (read by video datasets only).
+
+    Raises:
+        ConfigError / UnknownChoiceError: a value out of range (one line naming the key).
+    """
+    if isinstance(cfg.INPUT.SEQ_LEN, bool) or not isinstance(cfg.INPUT.SEQ_LEN, int) or cfg.INPUT.SEQ_LEN < 1:
+        raise ConfigError(f"INPUT.SEQ_LEN must be a positive integer (frames per tracklet), got {cfg.INPUT.SEQ_LEN!r}")
+    if cfg.INPUT.SAMPLE_METHOD == "all":
+        raise ConfigError("INPUT.SAMPLE_METHOD 'all' gives tracklets of different lengths, which cannot form a "
+                          "training batch; use evenly or random (all is for TEST.SAMPLE_METHOD)")
+    check_choice(cfg.INPUT.SAMPLE_METHOD, TRAIN_SAMPLE_METHODS, "INPUT.SAMPLE_METHOD")
+    check_choice(cfg.TEST.SAMPLE_METHOD, SAMPLE_METHODS, "TEST.SAMPLE_METHOD")
+
+
+def _video_kind(datasets, names: Sequence[str]) -> bool:
+    """True when every set is a tracklet set, False when none is; mixing them is an error."""
+    kinds = {is_video_dataset(ds) for ds in datasets}
+    if len(kinds) > 1:
+        raise ConfigError(f"DATASETS.NAMES {list(names)} mixes image and video (tracklet) datasets; train on "
+                          f"one kind at a time")
+    return kinds == {True}
 
 
 def build_reid_train_loader(cfg) -> TrainLoader:
     """Build the endless training loader over ``DATASETS.NAMES`` (merged).
 
-    Reads DATASETS.NAMES / ROOT / COMBINEALL, DATALOADER.*, SOLVER.IMS_PER_BATCH and SEED.
+    Reads DATASETS.NAMES / ROOT / COMBINEALL, DATALOADER.*, SOLVER.IMS_PER_BATCH and SEED
+    (and INPUT.SEQ_LEN / SAMPLE_METHOD for tracklet sets, where IMS_PER_BATCH and
+    NUM_INSTANCE count tracklets and batches hold (B, SEQ_LEN, 3, H, W) images).
     The stream seed is ``SEED`` when >= 0, else a random seed shared by all ranks; it is part
     of the loader's state, so a resumed run continues the same stream. Each image's domain
     is the position of its training set in DATASETS.NAMES (0 for a single set).
@@ -276,11 +310,16 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
     sampler = _build_train_sampler(cfg, items, domains, batch_size, seed)
     pipeline = build_transforms(cfg, is_train=True)
-    dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains)
+    if _video_kind(datasets, names):
+        check_tracklet_config(cfg)
+        dataset = TrainTrackletSet(items, pipeline, num_classes, num_cameras, domains=domains,
+                                   seq_len=cfg.INPUT.SEQ_LEN, method=cfg.INPUT.SAMPLE_METHOD)
+    else:
+        dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains)
     if len(names) > 1:
         logger.info("Training domains: %s", ", ".join(
             f"{d} = {name} ({ds.num_train_pids} ids)" for d, (name, ds) in enumerate(zip(names, datasets))))
-    logger.info("Train loader: %d images, %d ids, %d cameras from %s; %s, %d images per batch "
+    logger.info("Train loader: %d items, %d ids, %d cameras from %s; %s, %d images per batch "
                 "per worker, %d loader workers, stream seed %d", len(items), num_classes,
                 num_cameras, ", ".join(names), type(sampler).__name__, batch_size,
                 cfg.DATALOADER.NUM_WORKERS, seed)
@@ -306,7 +345,29 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     if not dataset.query or not dataset.gallery:
         raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "
                                  f"folders under the data root")
+    if is_video_dataset(dataset):
+        return build_tracklet_inference_loader(cfg, items), len(dataset.query)
     return build_reid_inference_loader(cfg, items), len(dataset.query)
+
+
+def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], int, int]]) -> DataLoader:
+    """A loader of (B, T, 3, H, W) tracklet batches over this rank's shard of ``items``, in order.
+
+    TEST.IMS_PER_BATCH counts tracklets; with TEST.SAMPLE_METHOD ``all`` (tracklets of
+    different lengths) every batch holds one tracklet.
+
+    Args:
+        cfg: the config (INPUT.SEQ_LEN, TEST.SAMPLE_METHOD, TEST.IMS_PER_BATCH, DATALOADER.NUM_WORKERS).
+        items: every ``(frame paths, pid, camid)`` of the job, in order.
+    Returns:
+        DataLoader of ``{"images", "targets", "camids", "img_paths"}`` batches.
+    """
+    check_tracklet_config(cfg)
+    method = cfg.TEST.SAMPLE_METHOD
+    batch_size = 1 if method == "all" else max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
+    dataset = TrackletItemSet(items, build_transforms(cfg, is_train=False), cfg.INPUT.SEQ_LEN, method)
+    return DataLoader(dataset, batch_sampler=BatchSampler(InferenceSampler(len(items)), batch_size, drop_last=False),
+                      collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
 
 
 def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],

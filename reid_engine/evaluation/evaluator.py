@@ -114,15 +114,16 @@ def flip_averaged(model, inputs):
 
     Args:
         model: an eval-mode model returning (B, D) features.
-        inputs: a (B, 3, H, W) image tensor, or a batch dict with "images".
+        inputs: a (B, 3, H, W) image tensor (or (B, T, 3, H, W) tracklets), or a batch
+            dict with "images"; the last dimension (width) is mirrored.
     Returns:
         the (B, D) features averaged over both orientations.
     """
     if isinstance(inputs, torch.Tensor):
-        flipped = inputs.flip(3)
+        flipped = inputs.flip(-1)
     else:
         flipped = dict(inputs)
-        flipped["images"] = inputs["images"].flip(3)
+        flipped["images"] = inputs["images"].flip(-1)
     return (model(inputs) + model(flipped)) / 2
 
 

@@ -27,7 +27,7 @@ from .registry import DATASET_REGISTRY
 from .sensereid import sensereid
 from .split_benchmarks import grid, ilids, prid, viper
 from .splits import SplitFileError
-from .synthetic import SyntheticReID, SyntheticReIDTiny
+from .synthetic import SyntheticReID, SyntheticReIDTiny, SyntheticVideoReID, SyntheticVideoReIDTiny
 from .training_only import (
     GRID,
     LPW,
@@ -52,6 +52,7 @@ from .university1652 import university1652
 from .vehicleid import LargeVehicleID, MediumVehicleID, SmallVehicleID, VehicleID
 from .veri import VeRi
 from .veriwild import LargeVeRiWild, MediumVeRiWild, SmallVeRiWild, VeRiWild
+from .video import VideoDataset, dukemtmcvidreid, ilidsvid, is_video_dataset, mars, prid2011
 
 __all__ = [
     "DATASET_REGISTRY", "resolve_data_root", "get_dataset", "merge_train_sets",
@@ -66,4 +67,6 @@ __all__ = [
     "cuhkSYSU", "AirportALERT", "iLIDS", "PKU", "PRAI", "PRID", "GRID", "SAIVT", "SenseReID", "SYSU_mm",
     "Thermalworld", "PeS3D", "CAVIARa", "VIPeR", "LPW", "Shinpuhkan", "WildTrackCrop",
     "cuhk01", "cuhk02", "university1652", "viper", "ilids", "prid", "grid", "cuhksysu", "sensereid",
+    "VideoDataset", "is_video_dataset", "SyntheticVideoReID", "SyntheticVideoReIDTiny",
+    "mars", "ilidsvid", "prid2011", "dukemtmcvidreid",
 ]

@@ -1,4 +1,4 @@
-"""SyntheticReID: the built-in benchmark, generated under the data root on first use."""
+"""SyntheticReID and SyntheticVideoReID: the built-in benchmarks, generated under the data root on first use."""
 
 import logging
 
@@ -10,8 +10,10 @@ from ..synthetic import (
     ensure_synthetic_reid,
     read_marker,
 )
+from ..synthetic.video import TINY_VIDEO_SPEC, VIDEO_SPEC, VideoSpec, generate_synthetic_video
 from .market_style import MarketStyleDataset
 from .registry import DATASET_REGISTRY
+from .video import dukemtmcvidreid
 
 logger = logging.getLogger(__name__)
 
@@ -50,3 +52,33 @@ class SyntheticReIDTiny(SyntheticReID):
 
     FOLDER = "SyntheticReIDTiny"
     SPEC = TINY_SPEC
+
+
+@DATASET_REGISTRY.register()
+class SyntheticVideoReID(dukemtmcvidreid):
+    """The procedural tracklet benchmark in ``<root>/SyntheticVideoReID/`` (DukeMTMC-VideoReID layout).
+
+    Generated the first time it is constructed from :data:`SPEC` (see
+    :mod:`reid_engine.data.synthetic.video`): SyntheticReID's people followed over a few
+    frames with a gentle drift of position and scale.
+
+    Args:
+        root: the data root.
+        combineall: fold query + gallery into training.
+    """
+
+    FOLDER = "SyntheticVideoReID"
+    SPEC: VideoSpec = VIDEO_SPEC
+
+    def __init__(self, root: str = "datasets", combineall: bool = False):
+        self.DATASET_DIRS = (self.FOLDER,)
+        ensure_synthetic_reid(root, self.FOLDER, self.SPEC, generate=generate_synthetic_video)
+        super().__init__(root, combineall=combineall)
+
+
+@DATASET_REGISTRY.register()
+class SyntheticVideoReIDTiny(SyntheticVideoReID):
+    """A ~40-tracklet SyntheticVideoReID (8 train ids, 6 test ids, 3 cameras, 3-5 frames) for tests."""
+
+    FOLDER = "SyntheticVideoReIDTiny"
+    SPEC = TINY_VIDEO_SPEC

@@ -216,7 +216,8 @@ def generate_synthetic_reid(out_dir: str, spec: SyntheticSpec = DEFAULT_SPEC) ->
 
 
 def ensure_synthetic_reid(root: str, folder: str = "SyntheticReID",
-                          spec: SyntheticSpec = DEFAULT_SPEC, force: bool = False) -> str:
+                          spec: SyntheticSpec = DEFAULT_SPEC, force: bool = False,
+                          generate=None) -> str:
     """Return ``<root>/<folder>``, generating it first if it is not complete yet.
 
     Generation writes into a temporary sibling folder and renames it into place, so a
@@ -228,6 +229,8 @@ def ensure_synthetic_reid(root: str, folder: str = "SyntheticReID",
         folder: the dataset folder name under the root.
         spec: the generator settings used when generating.
         force: replace an existing complete folder (used by ``tools/make_synthetic.py``).
+        generate: ``generate(out_dir, spec)`` writing the folder and its marker (default
+            :func:`generate_synthetic_reid`; the video variant passes its own).
     Returns:
         The dataset folder path.
     Raises:
@@ -251,7 +254,7 @@ def ensure_synthetic_reid(root: str, folder: str = "SyntheticReID",
             f"DATASETS.ROOT (or $REID_DATASETS) to a writable folder") from None
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the dataset should be readable
-        generate_synthetic_reid(tmp, spec)
+        (generate or generate_synthetic_reid)(tmp, spec)
         if force and os.path.isdir(final):
             old = tempfile.mkdtemp(prefix=f".{folder}.old-", dir=root)
             os.rename(final, os.path.join(old, folder))

@@ -17,8 +17,11 @@ from .pooling import (
     build_pooling,
 )
 from .se import SELayer
+from .temporal_pool import TEMPORAL_POOLS, TemporalPool
 
 __all__ = [
+    "TEMPORAL_POOLS",
+    "TemporalPool",
     "CLS_LAYER_REGISTRY",
     "ArcSoftmax",
     "CircleSoftmax",
