@@ -49,7 +49,7 @@ def _eval_only(cfg: CfgNode):
     cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
     model = DefaultTrainer.build_model(cfg)
     Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
-    results = DefaultTrainer.test(cfg, model)
+    results = DefaultTrainer.test(cfg, model, final=True)
     if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
         DefaultTrainer.check_expected_results(cfg, results)  # a miss exits non-zero
     return results

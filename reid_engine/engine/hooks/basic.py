@@ -12,6 +12,9 @@ from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
 
+#: first steps of each train() call left out of the step timing (start-up costs)
+TIMER_WARMUP_ITERS = 3
+
 
 def _hms(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(seconds)))
@@ -56,7 +59,7 @@ class IterationTimer(HookBase):
     step timer covers the step itself and its after_step runs before the other hooks'.
     """
 
-    def __init__(self, warmup_iter: int = 3):
+    def __init__(self, warmup_iter: int = TIMER_WARMUP_ITERS):
         """
         Args:
             warmup_iter: number of first steps left out of the timing.
@@ -108,23 +111,35 @@ class IterationTimer(HookBase):
 
 class PeriodicWriter(HookBase):
     """Call every writer when ``(iter + 1) % period == 0`` and at the last iteration;
-    after training, write once more (e.g. final evaluation results) and close them."""
+    after training, write once more (e.g. final evaluation results) and close them.
+    Optionally write once early in each ``train()`` call, so a slow run shows its first
+    progress line (with an ETA) after a few steps instead of after ``period`` steps."""
 
-    def __init__(self, writers: Sequence[EventWriter], period: int = 20):
+    def __init__(self, writers: Sequence[EventWriter], period: int = 20, early_step: int = 0,
+                 early_writers: Optional[Sequence[EventWriter]] = None):
         """
         Args:
             writers: EventWriter instances.
             period: iterations between writes.
+            early_step: when > 0, also write after this many steps of each ``train()`` call
+                (fresh or resumed); e.g. the first step timed after IterationTimer's warm-up.
+            early_writers: the writers of that early write (default: all). A console printer
+                alone keeps metrics.json and tensorboard the same for fresh and resumed runs.
         """
-        for w in writers:
+        for w in list(writers) + list(early_writers or []):
             if not isinstance(w, EventWriter):
                 raise TypeError(f"PeriodicWriter expects EventWriter instances, got {type(w).__name__}")
         self._writers = list(writers)
         self._period = period
+        self._early_step = int(early_step)
+        self._early_writers = self._writers if early_writers is None else list(early_writers)
 
     def after_step(self):
         if (self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1:
             for writer in self._writers:
+                writer.write()
+        elif self._early_step > 0 and self.trainer.iter - self.trainer.start_iter + 1 == self._early_step:
+            for writer in self._early_writers:
                 writer.write()
 
     def after_train(self):
