@@ -26,7 +26,6 @@ from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
-from ..utils.events import CommonMetricPrinter
 from ..utils.logger import setup_logger
 from . import hooks
 from .rank_vis import write_rank_vis
@@ -45,9 +44,9 @@ logger = logging.getLogger(__name__)
 
 #: iterations between log lines / metric writes, and between loss fetches from the device
 LOG_PERIOD = 20
-#: the step of each train() call after which an extra console line (losses, ETA) is logged:
-#: the first timed step, so a slow run shows its ETA long before LOG_PERIOD steps
-EARLY_LOG_STEP = hooks.TIMER_WARMUP_ITERS + 1
+#: an extra metric write (log line with losses and ETA, metrics.json record) at this iteration:
+#: the first one the IterationTimer times, so a fresh run shows its ETA long before LOG_PERIOD
+EARLY_LOG_ITER = hooks.TIMER_WARMUP_ITERS
 
 
 def create_ddp_model(model: torch.nn.Module, *, broadcast_buffers: bool = False, **kwargs) -> torch.nn.Module:
@@ -159,8 +158,10 @@ class DefaultTrainer(TrainerBase):
     def run_step(self) -> None:
         self._trainer.iter = self.iter
         self._trainer.run_step()
-        if self.iter - self.start_iter + 1 == EARLY_LOG_STEP:
-            self.flush_metrics()  # on every worker (a collective): the early line then shows losses
+        if self.iter in (EARLY_LOG_ITER, self.max_iter - 1):
+            # On every worker (a collective): the early and the last write then show this
+            # iteration's losses, not those of the last LOG_PERIOD boundary.
+            self.flush_metrics()
 
     def flush_metrics(self) -> None:
         """Fetch, check and write the losses the step trainer staged on the device."""
@@ -232,12 +233,7 @@ class DefaultTrainer(TrainerBase):
                 hooks.BestCheckpointer(eval_period, self.checkpointer, f"{cfg.DATASETS.TESTS[0]}/metric", "max")
             )
         if comm.is_main_process():
-            writers = self.build_writers()
-            # The early line goes to the console only: metrics.json and tensorboard keep one
-            # record per LOG_PERIOD, identical for fresh and resumed runs.
-            printers = [w for w in writers if isinstance(w, CommonMetricPrinter)]
-            ret.append(hooks.PeriodicWriter(writers, period=LOG_PERIOD, early_step=EARLY_LOG_STEP,
-                                            early_writers=printers))
+            ret.append(hooks.PeriodicWriter(self.build_writers(), period=LOG_PERIOD, early_iter=EARLY_LOG_ITER))
             ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
                                                   max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None))
         return ret

@@ -112,34 +112,29 @@ class IterationTimer(HookBase):
 class PeriodicWriter(HookBase):
     """Call every writer when ``(iter + 1) % period == 0`` and at the last iteration;
     after training, write once more (e.g. final evaluation results) and close them.
-    Optionally write once early in each ``train()`` call, so a slow run shows its first
+    Optionally write once more at one early iteration, so a slow run shows its first
     progress line (with an ETA) after a few steps instead of after ``period`` steps."""
 
-    def __init__(self, writers: Sequence[EventWriter], period: int = 20, early_step: int = 0,
-                 early_writers: Optional[Sequence[EventWriter]] = None):
+    def __init__(self, writers: Sequence[EventWriter], period: int = 20, early_iter: Optional[int] = None):
         """
         Args:
             writers: EventWriter instances.
             period: iterations between writes.
-            early_step: when > 0, also write after this many steps of each ``train()`` call
-                (fresh or resumed); e.g. the first step timed after IterationTimer's warm-up.
-            early_writers: the writers of that early write (default: all). A console printer
-                alone keeps metrics.json and tensorboard the same for fresh and resumed runs.
+            early_iter: also write at this iteration (None: never), e.g. the first one the
+                IterationTimer times. An absolute iteration, so metrics.json gets the same
+                records whether or not a run was interrupted and resumed.
         """
-        for w in list(writers) + list(early_writers or []):
+        for w in writers:
             if not isinstance(w, EventWriter):
                 raise TypeError(f"PeriodicWriter expects EventWriter instances, got {type(w).__name__}")
         self._writers = list(writers)
         self._period = period
-        self._early_step = int(early_step)
-        self._early_writers = self._writers if early_writers is None else list(early_writers)
+        self._early_iter = early_iter
 
     def after_step(self):
-        if (self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1:
+        it = self.trainer.iter
+        if (it + 1) % self._period == 0 or it == self.trainer.max_iter - 1 or it == self._early_iter:
             for writer in self._writers:
-                writer.write()
-        elif self._early_step > 0 and self.trainer.iter - self.trainer.start_iter + 1 == self._early_step:
-            for writer in self._early_writers:
                 writer.write()
 
     def after_train(self):
