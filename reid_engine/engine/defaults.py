@@ -158,10 +158,8 @@ class DefaultTrainer(TrainerBase):
     def run_step(self) -> None:
         self._trainer.iter = self.iter
         self._trainer.run_step()
-        if self.iter in (EARLY_LOG_ITER, self.max_iter - 1):
-            # On every worker (a collective): the early and the last write then show this
-            # iteration's losses, not those of the last LOG_PERIOD boundary.
-            self.flush_metrics()
+        if self.iter == EARLY_LOG_ITER:
+            self.flush_metrics()  # on every worker (a collective): the early write then has the losses
 
     def flush_metrics(self) -> None:
         """Fetch, check and write the losses the step trainer staged on the device."""
