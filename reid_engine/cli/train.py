@@ -10,6 +10,11 @@ this process before any worker starts; each worker then runs `default_setup` and
 either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`.
 """
 import argparse
+import logging
+import os
+import shlex
+import sys
+import time
 from typing import List, Optional
 
 from ..config import CfgNode, ConfigError
@@ -17,6 +22,7 @@ from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import launch
 from ..engine.setup import add_run_mode_arguments
+from ..engine.summary import DEFAULT_PROGRAM, format_run_summary
 from ..inference import inference_config
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
@@ -49,7 +55,7 @@ def _eval_only(cfg: CfgNode):
     cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
     model = DefaultTrainer.build_model(cfg)
     Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
-    results = DefaultTrainer.test(cfg, model)
+    results = DefaultTrainer.test(cfg, model, final=True)
     if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
         DefaultTrainer.check_expected_results(cfg, results)  # a miss exits non-zero
     return results
@@ -68,7 +74,34 @@ def train_worker(args: argparse.Namespace):
         return _eval_only(cfg)
     trainer = DefaultTrainer(cfg)
     trainer.resume_or_load(resume=args.resume)
-    return trainer.train()
+    started = time.time()
+    results = trainer.train()  # raises for a failed run: a summary only ends a completed one
+    if comm.is_main_process():
+        summary = format_run_summary(trainer.cfg, results, args.config_file, args.opts or [],
+                                     program=_program(), launch_flags=_launch_flags(args),
+                                     since=started - 1.0)  # file times can lag the clock a little
+        logging.getLogger(__name__).info(summary)
+    return results
+
+
+def _program() -> str:
+    """How this command was invoked, for the commands the summary suggests."""
+    invoked = sys.argv[0] if sys.argv else ""
+    if os.path.basename(invoked) == PROG:
+        return PROG
+    if invoked.endswith("train_net.py"):
+        return "python " + shlex.quote(invoked)
+    return DEFAULT_PROGRAM  # called in-process (tests, notebooks): the documented script
+
+
+def _launch_flags(args: argparse.Namespace) -> List[str]:
+    """The launch flags the run was given that a follow-up command must repeat."""
+    flags = ["--num-gpus", str(args.num_gpus)] if args.num_gpus != 1 else []
+    if args.num_machines != 1:
+        flags += ["--num-machines", str(args.num_machines), "--machine-rank", str(args.machine_rank)]
+    if args.dist_url:
+        flags += ["--dist-url", args.dist_url]
+    return flags
 
 
 def run(args: argparse.Namespace) -> None:

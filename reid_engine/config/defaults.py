@@ -263,6 +263,12 @@ _C.TEST.PRECISE_BN.ENABLED = False
 _C.TEST.PRECISE_BN.DATASET = "Market1501"
 _C.TEST.PRECISE_BN.NUM_ITER = 300
 
+# (ours) After the run's last evaluation, write OUTPUT_DIR/ranks.png: a few queries of the
+# first test set with their top-10 gallery images (green border: same identity, red: another),
+# ranked by TEST.METRIC on the features that evaluation computed. Needs matplotlib (without it
+# the picture is skipped with one log line).
+_C.TEST.RANK_VIS = False
+
 # (ours) [[dataset, metric, value, tolerance], ...] checked after training.
 _C.TEST.EXPECTED_RESULTS = []
 

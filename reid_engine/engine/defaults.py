@@ -28,6 +28,7 @@ from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
 from ..utils.logger import setup_logger
 from . import hooks
+from .rank_vis import write_rank_vis
 from .setup import default_argument_parser, default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
 
@@ -43,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 #: iterations between log lines / metric writes, and between loss fetches from the device
 LOG_PERIOD = 20
+#: an extra metric write (log line with losses and ETA, metrics.json record) at this iteration:
+#: the first one the IterationTimer times, so a fresh run shows its ETA long before LOG_PERIOD
+EARLY_LOG_ITER = hooks.TIMER_WARMUP_ITERS
 
 
 def create_ddp_model(model: torch.nn.Module, *, broadcast_buffers: bool = False, **kwargs) -> torch.nn.Module:
@@ -154,6 +158,8 @@ class DefaultTrainer(TrainerBase):
     def run_step(self) -> None:
         self._trainer.iter = self.iter
         self._trainer.run_step()
+        if self.iter == EARLY_LOG_ITER:
+            self.flush_metrics()  # on every worker (a collective): the early write then has the losses
 
     def flush_metrics(self) -> None:
         """Fetch, check and write the losses the step trainer staged on the device."""
@@ -214,7 +220,8 @@ class DefaultTrainer(TrainerBase):
             ret.append(hooks.LayerFreeze(self.model, cfg.MODEL.FREEZE_LAYERS, cfg.SOLVER.FREEZE_ITERS))
 
         def test_and_save_results():
-            self._last_eval_results = self.test(self.cfg, self.model)
+            final = self.iter >= self.max_iter  # EvalHook.after_train of a completed run
+            self._last_eval_results = self.test(self.cfg, self.model, final=final)
             return self._last_eval_results
 
         eval_period = cfg.TEST.EVAL_PERIOD * ipe
@@ -224,7 +231,7 @@ class DefaultTrainer(TrainerBase):
                 hooks.BestCheckpointer(eval_period, self.checkpointer, f"{cfg.DATASETS.TESTS[0]}/metric", "max")
             )
         if comm.is_main_process():
-            ret.append(hooks.PeriodicWriter(self.build_writers(), period=LOG_PERIOD))
+            ret.append(hooks.PeriodicWriter(self.build_writers(), period=LOG_PERIOD, early_iter=EARLY_LOG_ITER))
             ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
                                                   max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None))
         return ret
@@ -274,13 +281,15 @@ class DefaultTrainer(TrainerBase):
         return ReidEvaluator(cfg, num_query, output_dir)
 
     @classmethod
-    def test(cls, cfg: CfgNode, model, evaluators=None) -> "OrderedDict[str, Dict[str, float]]":
+    def test(cls, cfg: CfgNode, model, evaluators=None, final: bool = False) -> "OrderedDict[str, Dict[str, float]]":
         """Evaluate `model` on every DATASETS.TESTS set, one by one.
 
         Args:
             cfg: the config.
             model: the model (DDP-wrapped or not).
             evaluators: None to build ReidEvaluators, or one evaluator (or list) per set.
+            final: the run's last evaluation (end of training, --eval-only): with
+                TEST.RANK_VIS, OUTPUT_DIR/ranks.png is drawn from the first set's features.
         Returns:
             OrderedDict {dataset name: {metric: value}} (empty on non-main workers).
         """
@@ -299,6 +308,8 @@ class DefaultTrainer(TrainerBase):
                     raise TypeError(f"Evaluator must return a dict on the main process, got {results_i!r}.")
                 print_csv_format({dataset_name: results_i} if _is_flat(results_i) else results_i)
                 results[dataset_name] = results_i
+                if final and idx == 0 and cfg.TEST.RANK_VIS:
+                    write_rank_vis(cfg, dataset_name, evaluator)
         return results
 
     # ------------------------------------------------------------------ scaling

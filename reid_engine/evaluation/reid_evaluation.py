@@ -51,6 +51,9 @@ class ReidEvaluator(DatasetEvaluator):
     def reset(self) -> None:
         """Forget the collected batches."""
         self._features, self._pids, self._camids = [], [], []
+        #: after evaluate(), on the main process: (features (N, D), pids (N,), camids (N,)) of
+        #: the whole test set, queries first; for pictures drawn from them (TEST.RANK_VIS)
+        self.collected = None
 
     def process(self, inputs, outputs) -> None:
         """Store a batch's features (moved to CPU, float32), pids (``inputs["targets"]``) and camids."""
@@ -87,6 +90,7 @@ class ReidEvaluator(DatasetEvaluator):
             )
         if not (features.shape[0] == pids.numel() == camids.numel()):
             raise ValueError(f"{features.shape[0]} features but {pids.numel()} pids and {camids.numel()} camids")
+        self.collected = (features, pids, camids)
         qf, gf = features[: self.num_query], features[self.num_query:]
         q_pids, g_pids = pids[: self.num_query], pids[self.num_query:]
         q_camids, g_camids = camids[: self.num_query], camids[self.num_query:]

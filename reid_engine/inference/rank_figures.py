@@ -1,5 +1,5 @@
 """Drawing the rank-list, ROC and distance-histogram PNGs (matplotlib on the Agg canvas)."""
-from typing import Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -16,6 +16,7 @@ __all__ = [
     "curve_figure_size",
     "bordered_thumbnail",
     "draw_rank_list",
+    "draw_rank_rows",
     "draw_roc",
     "draw_distance_histograms",
 ]
@@ -61,6 +62,29 @@ def bordered_thumbnail(path: str, color: Tuple[int, int, int]) -> np.ndarray:
     return framed
 
 
+def _rank_cells(query: Tuple[str, int, int], gallery: Sequence[Tuple[str, int, int]], ranked: Sequence[int],
+                distances: Sequence[float]) -> List[Tuple[Tuple[str, int, int], Tuple[int, int, int], str]]:
+    """(item, border color, caption) of the query and of each ranked gallery image."""
+    cells = [(query, COLORS["query"], f"query\nid {query[1]}  cam {query[2]}")]
+    for rank, (g, d) in enumerate(zip(ranked, distances), 1):
+        item = gallery[g]
+        correct = item[1] == query[1]
+        cells.append((item, COLORS["match" if correct else "wrong"],
+                      f"#{rank}  d={d:.4f}\nid {item[1]}  cam {item[2]}"))
+    return cells
+
+
+def _draw_cells(axes, cells) -> None:
+    """Show each cell's bordered thumbnail in its axes, captioned in the border color."""
+    for ax, (item, color, text) in zip(axes, cells):
+        ax.imshow(bordered_thumbnail(item[0], color))
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        ax.set_xlabel(text, fontsize=8, color=tuple(c / 255 for c in color))
+
+
 def draw_rank_list(path: str, query: Tuple[str, int, int], gallery: Sequence[Tuple[str, int, int]],
                    ranked: Sequence[int], distances: Sequence[float], title: str) -> str:
     """Save one rank-list PNG: the query, then its ranked gallery images.
@@ -75,24 +99,37 @@ def draw_rank_list(path: str, query: Tuple[str, int, int], gallery: Sequence[Tup
     Returns:
         `path`.
     """
-    topk = len(ranked)
-    fig = _figure((CELL_WIDTH_IN * (topk + 1), RANK_FIGURE_HEIGHT_IN))
+    return draw_rank_rows(path, [(query, ranked, distances, "")], gallery, title)
+
+
+def draw_rank_rows(path: str, rows: Sequence[Tuple[Tuple[str, int, int], Sequence[int], Sequence[float], str]],
+                   gallery: Sequence[Tuple[str, int, int]], title: str) -> str:
+    """Save several rank lists as the rows of one PNG.
+
+    Args:
+        path: PNG file to write.
+        rows: per query: (query item, ranked gallery indices best first, their distances,
+            a label shown above the query, may be empty).
+        gallery: all gallery items.
+        title: the figure title.
+    Returns:
+        `path`.
+    """
+    topk = max(len(r[1]) for r in rows)
+    # Each row keeps the height of a single rank-list figure; the title takes a fixed band on top.
+    title_in, captions_in = RANK_FIGURE_HEIGHT_IN * 0.16, RANK_FIGURE_HEIGHT_IN * 0.2
+    height_in = (RANK_FIGURE_HEIGHT_IN - title_in) * len(rows) + title_in
+    fig = _figure((CELL_WIDTH_IN * (topk + 1), height_in))
     fig.suptitle(title, fontsize=10)
-    axes = fig.subplots(1, topk + 1, squeeze=False)[0]
-    fig.subplots_adjust(left=0.01, right=0.99, top=0.84, bottom=0.2, wspace=0.12)
-    cells = [(query, COLORS["query"], f"query\nid {query[1]}  cam {query[2]}")]
-    for rank, (g, d) in enumerate(zip(ranked, distances), 1):
-        item = gallery[g]
-        correct = item[1] == query[1]
-        cells.append((item, COLORS["match" if correct else "wrong"],
-                      f"#{rank}  d={d:.4f}\nid {item[1]}  cam {item[2]}"))
-    for ax, (item, color, text) in zip(axes, cells):
-        ax.imshow(bordered_thumbnail(item[0], color))
-        ax.set_xticks([])
-        ax.set_yticks([])
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        ax.set_xlabel(text, fontsize=8, color=tuple(c / 255 for c in color))
+    axes = fig.subplots(len(rows), topk + 1, squeeze=False)
+    fig.subplots_adjust(left=0.01, right=0.99, top=1 - title_in / height_in, bottom=captions_in / height_in,
+                        wspace=0.12, hspace=0.5)
+    for row_axes, (query, ranked, distances, label) in zip(axes, rows):
+        _draw_cells(row_axes, _rank_cells(query, gallery, ranked, distances))
+        for ax in row_axes[len(ranked) + 1:]:  # a query with fewer candidates than topk
+            ax.set_axis_off()
+        if label:
+            row_axes[0].set_title(label, fontsize=8, loc="left")
     fig.savefig(path, dpi=DPI)
     return path
 

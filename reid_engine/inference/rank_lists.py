@@ -22,15 +22,16 @@ from .extraction import extract_shard_features
 from .items import ImageFolderError, load_dataset
 from .model import inference_config
 from .predictor import DefaultPredictor
-from .rank_figures import draw_distance_histograms, draw_rank_list, draw_roc
+from .rank_figures import draw_distance_histograms, draw_rank_list, draw_rank_rows, draw_roc
 
-__all__ = ["ROC_FPR_MARKS", "DEFAULT_WORST", "NoNegativePairsError", "choose_queries", "ranked_gallery",
-           "roc_curve", "visualize"]
+__all__ = ["ROC_FPR_MARKS", "DEFAULT_WORST", "SHEET_QUERIES", "NoNegativePairsError", "choose_queries",
+           "spread_queries", "ranked_gallery", "roc_curve", "visualize", "draw_rank_sheet"]
 
 logger = logging.getLogger(__name__)
 
 ROC_FPR_MARKS = (1e-4, 1e-3, 1e-2)
 DEFAULT_WORST = 5
+SHEET_QUERIES = 6  # rows of the one-picture rank sheet (TEST.RANK_VIS)
 
 
 class NoNegativePairsError(ReidUserError):
@@ -58,6 +59,25 @@ def choose_queries(ap: np.ndarray, valid: np.ndarray, query_indices: Sequence[in
     order = np.lexsort((candidates, ap[candidates]))  # by AP, then by index
     chosen += [i for i in candidates[order][:worst].tolist() if i not in chosen]
     return chosen
+
+
+def spread_queries(valid: np.ndarray, count: int) -> List[int]:
+    """`count` queries with a true match, evenly spaced over the query list.
+
+    The choice depends only on the test set, not on the model, so the pictures of
+    successive runs show the same queries.
+
+    Args:
+        valid: (Q,) whether each query has a true match in the gallery.
+        count: how many to choose (fewer when fewer are valid).
+    Returns:
+        ascending query indices.
+    """
+    candidates = np.flatnonzero(valid)
+    if len(candidates) <= count:
+        return candidates.tolist()
+    picks = np.linspace(0, len(candidates) - 1, count).round().astype(int)
+    return candidates[picks].tolist()
 
 
 def ranked_gallery(dist_row: np.ndarray, q_pid: int, q_camid: int, g_pids: np.ndarray,
@@ -157,3 +177,44 @@ def visualize(cfg: CfgNode, output_dir: str, dataset_name: str = "", query_indic
     for path in written:
         logger.info("Wrote %s", path)
     return written
+
+
+def draw_rank_sheet(path: str, dataset_name: str, query: Sequence, gallery: Sequence, features: torch.Tensor,
+                    metric: str, num_queries: int = SHEET_QUERIES, topk: int = 10) -> str:
+    """Draw a few queries with their top-k gallery images as the rows of one PNG.
+
+    Args:
+        path: PNG file to write.
+        dataset_name: the test set (for the title).
+        query, gallery: the (path, pid, camid) items, in the order of `features`.
+        features: (len(query) + len(gallery), D) features, queries first (e.g. what the
+            evaluation collected).
+        metric: TEST.METRIC ("cosine" or "euclidean").
+        num_queries: rows (queries with a true match, evenly spaced, see `spread_queries`).
+        topk: gallery images per row.
+    Returns:
+        `path`.
+    Raises:
+        ValueError: `features` does not match the items, or no query has a true match.
+    """
+    num_query = len(query)
+    if features.shape[0] != num_query + len(gallery):
+        raise ValueError(f"{features.shape[0]} features for {num_query} queries + {len(gallery)} gallery items")
+    q_pids, q_camids = np.array([q[1] for q in query]), np.array([q[2] for q in query])
+    g_pids, g_camids = np.array([g[1] for g in gallery]), np.array([g[2] for g in gallery])
+    # A true match: same identity seen by another camera (as in the evaluation).
+    valid = np.array([np.any((g_pids == p) & (g_camids != c)) for p, c in zip(q_pids, q_camids)], dtype=bool)
+    chosen = spread_queries(valid, num_queries)
+    if not chosen:
+        raise ValueError(f"no query of {dataset_name} has a true match in its gallery")
+    dist = compute_distance_matrix(features[chosen], features[num_query:], metric)
+    ranks = RankAccumulator(q_pids[chosen], g_pids, q_camids[chosen], g_camids)
+    ranks.update(0, dist)
+    ap, distmat = ranks.ap.numpy(), dist.numpy()
+    rows = []
+    for row, i in enumerate(chosen):
+        ranked = ranked_gallery(distmat[row], q_pids[i], q_camids[i], g_pids, g_camids, topk)
+        rows.append((query[i], ranked, distmat[row, ranked], f"query {i}: AP {ap[row]:.1%}"))
+    title = (f"{dataset_name}: {len(rows)} queries and their top-{topk} gallery images by {metric} distance "
+             "(green: same identity, red: another)")
+    return draw_rank_rows(path, rows, gallery, title)

@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 GENERATOR_VERSION = 1
 MARKER = ".complete"  # written last inside the folder; its presence means "fully written"
 SPLIT_DIRS = {"train": "bounding_box_train", "query": "query", "gallery": "bounding_box_test"}
+PROGRESS_SECONDS = 5.0  # between generation progress lines
 
 
 @dataclass(frozen=True)
@@ -186,14 +187,16 @@ class SyntheticWorld:
         return out
 
 
-def generate_synthetic_reid(out_dir: str, spec: SyntheticSpec = DEFAULT_SPEC) -> Dict:
+def generate_synthetic_reid(out_dir: str, spec: SyntheticSpec = DEFAULT_SPEC, label: str = "") -> Dict:
     """Write the benchmark into ``out_dir`` (created if needed); the marker file last.
 
     Not atomic on its own: use :func:`ensure_synthetic_reid` to create a dataset folder.
+    A progress line is logged at most every PROGRESS_SECONDS, and at the end.
 
     Args:
         out_dir: the folder to write into.
         spec: the generator settings.
+        label: what the progress lines call the job (default: "SyntheticReID in <out_dir>").
     Returns:
         The marker content: generator version, spec and counts.
     """
@@ -202,12 +205,17 @@ def generate_synthetic_reid(out_dir: str, spec: SyntheticSpec = DEFAULT_SPEC) ->
     for sub in SPLIT_DIRS.values():
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     total = len(world.plan)
-    logger.info("Generating SyntheticReID (%d images) in %s ...", total, out_dir)
-    report_every = max(500, total // 10)
+    label = label or f"SyntheticReID in {out_dir}"
+    logger.info("Generating %s: %s images (seconds to minutes, once) ...", label, f"{total:,}")
+    last_report = start
     for n, item in enumerate(world.plan, 1):
         world.render(item).save(os.path.join(out_dir, item.rel_path), quality=spec.jpeg_quality)
-        if n % report_every == 0 or n == total:
-            logger.info("  %d / %d images (%.1f s)", n, total, time.perf_counter() - start)
+        now = time.perf_counter()
+        if n == total or now - last_report >= PROGRESS_SECONDS:
+            last_report = now
+            eta = (now - start) / n * (total - n)
+            logger.info("Generating %s: %s / %s images (%.1f s, ETA %.0f s)", label, f"{n:,}", f"{total:,}",
+                        now - start, eta)
     info = {"generator_version": GENERATOR_VERSION, "spec": dataclasses.asdict(spec),
             "counts": world.counts()}
     with open(os.path.join(out_dir, MARKER), "w", encoding="utf-8") as f:
@@ -254,7 +262,10 @@ def ensure_synthetic_reid(root: str, folder: str = "SyntheticReID",
             f"DATASETS.ROOT (or $REID_DATASETS) to a writable folder") from None
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the dataset should be readable
-        (generate or generate_synthetic_reid)(tmp, spec)
+        if generate is None:
+            generate_synthetic_reid(tmp, spec, label=f"{folder} under {root}")
+        else:
+            generate(tmp, spec)
         if force and os.path.isdir(final):
             old = tempfile.mkdtemp(prefix=f".{folder}.old-", dir=root)
             os.rename(final, os.path.join(old, folder))

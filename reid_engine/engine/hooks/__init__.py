@@ -1,7 +1,7 @@
 """The standard training hooks: timing, writers, checkpoints, LR scheduling, evaluation,
 precise BN, layer freezing, profiling and memory statistics (one module per concern)."""
 from ..train_loop import HookBase
-from .basic import CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
+from .basic import TIMER_WARMUP_ITERS, CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
 from .checkpointing import BestCheckpointer, PeriodicCheckpointer
 from .evaluation import EvalHook, flatten_results_dict
 from .model_state import LayerFreeze, PreciseBN
@@ -9,6 +9,7 @@ from .profiling import TorchMemoryStats, TorchProfiler
 
 __all__ = [
     "HookBase",
+    "TIMER_WARMUP_ITERS",
     "CallbackHook",
     "IterationTimer",
     "PeriodicWriter",

@@ -12,6 +12,9 @@ from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
 
+#: first steps of each train() call left out of the step timing (start-up costs)
+TIMER_WARMUP_ITERS = 3
+
 
 def _hms(seconds: float) -> str:
     return str(datetime.timedelta(seconds=int(seconds)))
@@ -56,7 +59,7 @@ class IterationTimer(HookBase):
     step timer covers the step itself and its after_step runs before the other hooks'.
     """
 
-    def __init__(self, warmup_iter: int = 3):
+    def __init__(self, warmup_iter: int = TIMER_WARMUP_ITERS):
         """
         Args:
             warmup_iter: number of first steps left out of the timing.
@@ -108,22 +111,29 @@ class IterationTimer(HookBase):
 
 class PeriodicWriter(HookBase):
     """Call every writer when ``(iter + 1) % period == 0`` and at the last iteration;
-    after training, write once more (e.g. final evaluation results) and close them."""
+    after training, write once more (e.g. final evaluation results) and close them.
+    Optionally write once more at one early iteration, so a slow run shows its first
+    progress line (with an ETA) after a few steps instead of after ``period`` steps."""
 
-    def __init__(self, writers: Sequence[EventWriter], period: int = 20):
+    def __init__(self, writers: Sequence[EventWriter], period: int = 20, early_iter: Optional[int] = None):
         """
         Args:
             writers: EventWriter instances.
             period: iterations between writes.
+            early_iter: also write at this iteration (None: never), e.g. the first one the
+                IterationTimer times. An absolute iteration, so metrics.json gets the same
+                records whether or not a run was interrupted and resumed.
         """
         for w in writers:
             if not isinstance(w, EventWriter):
                 raise TypeError(f"PeriodicWriter expects EventWriter instances, got {type(w).__name__}")
         self._writers = list(writers)
         self._period = period
+        self._early_iter = early_iter
 
     def after_step(self):
-        if (self.trainer.iter + 1) % self._period == 0 or self.trainer.iter == self.trainer.max_iter - 1:
+        it = self.trainer.iter
+        if (it + 1) % self._period == 0 or it == self.trainer.max_iter - 1 or it == self._early_iter:
             for writer in self._writers:
                 writer.write()
 

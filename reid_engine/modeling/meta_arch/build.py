@@ -1,5 +1,6 @@
 """Meta-architecture registry and `build_model` (MODEL.META_ARCHITECTURE, MODEL.DEVICE)."""
 import logging
+import time
 
 import torch
 from torch import nn
@@ -46,6 +47,10 @@ def build_model(cfg) -> nn.Module:
     name = cfg.MODEL.META_ARCHITECTURE
     META_ARCH_REGISTRY.get(name)  # an unknown name fails before the device check
     device = resolve_device(cfg.MODEL.DEVICE)
+    # Building (and loading ImageNet weights) can take a while with nothing else logged.
+    logger.info("Building model %s (backbone %s, depth %s) ...", name, cfg.MODEL.BACKBONE.NAME,
+                cfg.MODEL.BACKBONE.DEPTH)
+    start = time.perf_counter()
     model = META_ARCH_REGISTRY.build(name, cfg)
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
@@ -58,8 +63,8 @@ def build_model(cfg) -> nn.Module:
     if cfg.MODEL.COMPILE:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
         model.compile()
-    logger.info("Built %s on %s%s%s", name, device, ", channels_last" if channels_last else "",
-                ", compiled (torch.compile)" if cfg.MODEL.COMPILE else "")
+    logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
+                ", compiled (torch.compile)" if cfg.MODEL.COMPILE else "", time.perf_counter() - start)
     return model
 
 

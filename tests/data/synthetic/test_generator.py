@@ -133,7 +133,7 @@ def test_losing_the_race_discards_our_copy(tmp_path, monkeypatch):
     final = str(tmp_path / "SyntheticReIDTiny")
     small = dataclasses.replace(TINY_SPEC, num_train_ids=3, num_test_ids=2, num_distractors=1)
 
-    def generate_while_another_process_wins(out_dir, spec):
+    def generate_while_another_process_wins(out_dir, spec, **kwargs):
         info = real(out_dir, spec)
         real(final, spec)  # the other process renames its complete copy into place first
         open(os.path.join(final, "winner"), "w").close()
@@ -147,7 +147,7 @@ def test_losing_the_race_discards_our_copy(tmp_path, monkeypatch):
 
 
 def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):
-    def crash(out_dir, spec):
+    def crash(out_dir, spec, **kwargs):
         open(os.path.join(out_dir, "partial.jpg"), "w").close()
         raise KeyboardInterrupt
 
