@@ -158,8 +158,10 @@ class DefaultTrainer(TrainerBase):
     def run_step(self) -> None:
         self._trainer.iter = self.iter
         self._trainer.run_step()
-        if self.iter == EARLY_LOG_ITER:
-            self.flush_metrics()  # on every worker (a collective): the early write then has the losses
+        if self.iter in (EARLY_LOG_ITER, self.max_iter - 1):
+            # On every worker (a collective), so the early and the last log lines show the
+            # losses of their own iteration; the writer itself runs on the main worker only.
+            self.flush_metrics()
 
     def flush_metrics(self) -> None:
         """Fetch, check and write the losses the step trainer staged on the device."""
