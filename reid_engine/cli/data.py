@@ -18,7 +18,7 @@ from typing import List, Optional
 from tabulate import tabulate
 
 from ..data.datasets import resolve_data_root
-from ..data.datasets.check import STATISTICS_HEADERS, DatasetCheck, check_dataset, statistics_rows
+from ..data.datasets.check import DatasetCheck, check_dataset, statistics_headers, statistics_rows
 from ..utils.errors import RUN_FAILURE_EXIT_CODE
 from .base import build_config, command_parser
 from .boundary import run_command
@@ -55,7 +55,7 @@ def format_check(result: DatasetCheck) -> str:
     lines = [f"{result.name} under {result.root}"]
     if result.dataset is not None:
         lines.append(f"read from {result.dataset.source}")
-        lines.append(tabulate(statistics_rows(result.dataset), headers=STATISTICS_HEADERS, tablefmt="pipe",
+        lines.append(tabulate(statistics_rows(result.dataset), headers=statistics_headers(result.dataset), tablefmt="pipe",
                               numalign="right", stralign="right"))
     if result.problems:
         lines.append(f"{len(result.problems)} file(s) do not fit the layout:")

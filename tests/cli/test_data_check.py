@@ -76,3 +76,11 @@ def test_tools_wrapper_exit_status(tmp_path):
                            "--data-root", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "holiday.jpg: expected a name like" in proc.stdout and table_rows(proc.stdout)["gallery"][0] == "3"
+
+
+def test_video_sets_count_tracklets():
+    from reid_engine.data.datasets import mars
+    from reid_engine.data.datasets.check import STATISTICS_HEADERS, statistics_headers
+
+    assert "# tracklets" in statistics_headers(mars) and "# images" not in statistics_headers(mars)
+    assert statistics_headers(object()) == STATISTICS_HEADERS

@@ -14,9 +14,16 @@ from .catalog import get_dataset
 from .paths import DatasetNotFoundError
 from .splits import SplitFileError
 
-__all__ = ["DatasetCheck", "check_dataset", "STATISTICS_HEADERS", "statistics_rows"]
+__all__ = ["DatasetCheck", "check_dataset", "STATISTICS_HEADERS", "statistics_headers", "statistics_rows"]
 
 STATISTICS_HEADERS = ["subset", "# ids", "# images", "# cameras", "# junk (dropped)", "# distractors"]
+
+
+def statistics_headers(dataset: ImageDataset) -> List[str]:
+    """STATISTICS_HEADERS, counting tracklets instead of images for a video dataset."""
+    if getattr(dataset, "IS_VIDEO", False):
+        return [header.replace("images", "tracklets") for header in STATISTICS_HEADERS]
+    return list(STATISTICS_HEADERS)
 NOT_APPLICABLE = "-"
 
 
