@@ -96,3 +96,14 @@ def test_tracklet_evaluation_matches_hand_computed_metrics():
     assert results["Rank-5"] == pytest.approx(100.0)
     assert results["mAP"] == pytest.approx(((1 / 3 + 2 / 4) / 2 + 1) / 2 * 100)
     assert results["mINP"] == pytest.approx((0.5 + 1) / 2 * 100)
+
+
+def test_plain_baseline_names_videobaseline_for_tracklets():
+    from reid_engine.config import ConfigError
+    from reid_engine.modeling.meta_arch import Baseline
+
+    from ._helpers import tiny_cfg
+
+    model = Baseline.from_config(tiny_cfg()).eval()
+    with pytest.raises(ConfigError, match="need MODEL.META_ARCHITECTURE VideoBaseline"):
+        model({"images": torch.zeros(2, 4, 3, 64, 32, dtype=torch.uint8)})

@@ -56,6 +56,9 @@ class ReidModelBase(nn.Module):
                 that tensor itself.
         """
         images = batch["images"] if isinstance(batch, Mapping) else batch
+        if isinstance(images, torch.Tensor) and images.dim() == 5:
+            raise ConfigError(f"{type(self).__name__} got tracklets (B, T, C, H, W) {tuple(images.shape)}: "
+                              "video datasets need MODEL.META_ARCHITECTURE VideoBaseline")
         if not isinstance(images, torch.Tensor) or images.dim() != 4:
             shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
             raise ValueError(f"images must be a (B, C, H, W) tensor, got {shape}")
