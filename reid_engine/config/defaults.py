@@ -38,6 +38,16 @@ _C.MODEL.BACKBONE.WITH_NL = False
 _C.MODEL.BACKBONE.PRETRAIN = False
 # Local file with torchvision-format ImageNet weights, or IBN-Net weights.
 _C.MODEL.BACKBONE.PRETRAIN_PATH = ""
+# Vision transformer (build_vit_backbone; TransReID's options).
+_C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)  # patch stride; 16 = non-overlapping 16x16 patches, 12 = TransReID
+_C.MODEL.BACKBONE.DROP_RATIO = 0.0  # dropout after positions / in attention output and MLP
+_C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0  # dropout on attention weights
+_C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1  # stochastic depth of the last block (linear from 0)
+# Side information embedding: a learned camera embedding times SIE_COE added to the tokens,
+# built when SIE_COE > 0 and NUM_CAMERAS > 1. NUM_CAMERAS 0 = none (fast-reid's ViT never
+# builds one); -1 = the training set's camera count, filled in by the trainer.
+_C.MODEL.BACKBONE.SIE_COE = 3.0
+_C.MODEL.BACKBONE.NUM_CAMERAS = 0
 
 _C.MODEL.HEADS = CN()
 _C.MODEL.HEADS.NAME = "EmbeddingHead"
@@ -198,6 +208,9 @@ _C.SOLVER.WEIGHT_DECAY = 0.0005
 _C.SOLVER.WEIGHT_DECAY_NORM = 0.0005
 _C.SOLVER.BIAS_LR_FACTOR = 1.0
 _C.SOLVER.WEIGHT_DECAY_BIAS = 0.0005
+# Layer-wise LR decay for backbones that number their layers (ViT): a parameter of layer i
+# of n gets lr * LAYER_DECAY ** (n - i); the head keeps the full lr. 1.0 = off.
+_C.SOLVER.LAYER_DECAY = 1.0
 
 _C.SOLVER.SCHED = "MultiStepLR"  # MultiStepLR CosineAnnealingLR
 _C.SOLVER.DELAY_EPOCHS = 0  # cosine starts after this many epochs
@@ -290,12 +303,6 @@ _C.OUTPUT_DIR = "output"
 # Channels of the backbone output in fast-reid; here the backbone reports them itself.
 _C.MODEL.BACKBONE.FEAT_DIM = 2048
 _C.MODEL.QUEUE_SIZE = 8192  # MoCo: size of the feature memory queue
-# Vision transformer (TransReID) backbone options.
-_C.MODEL.BACKBONE.SIE_COE = 3.0
-_C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)
-_C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1
-_C.MODEL.BACKBONE.DROP_RATIO = 0.0
-_C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0
 # Knowledge distillation (Distiller meta architecture).
 _C.KD = CN()
 _C.KD.MODEL_CONFIG = []
@@ -308,11 +315,6 @@ _C.KD.EMA.MOMENTUM = 0.999
 INERT_KEYS = {
     "MODEL.BACKBONE.FEAT_DIM": "the head takes its input width from the backbone's out_channels",
     "MODEL.QUEUE_SIZE": "the MoCo meta architecture is not built yet",
-    "MODEL.BACKBONE.SIE_COE": "vision-transformer backbones are not built yet",
-    "MODEL.BACKBONE.STRIDE_SIZE": "vision-transformer backbones are not built yet",
-    "MODEL.BACKBONE.DROP_PATH_RATIO": "vision-transformer backbones are not built yet",
-    "MODEL.BACKBONE.DROP_RATIO": "vision-transformer backbones are not built yet",
-    "MODEL.BACKBONE.ATT_DROP_RATE": "vision-transformer backbones are not built yet",
     "KD.MODEL_CONFIG": "the Distiller meta architecture is not built yet",
     "KD.MODEL_WEIGHTS": "the Distiller meta architecture is not built yet",
     "KD.EMA.ENABLED": "the Distiller meta architecture is not built yet",

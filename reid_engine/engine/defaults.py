@@ -87,7 +87,8 @@ class DefaultTrainer(TrainerBase):
         cfg = self.auto_scale_workers(cfg, comm.get_world_size())
 
         data_loader = self.build_train_loader(cfg)
-        cfg = self.auto_scale_hyperparams(cfg, data_loader.dataset.num_classes)
+        cfg = self.auto_scale_hyperparams(cfg, data_loader.dataset.num_classes,
+                                          getattr(data_loader.dataset, "num_cameras", 0))
         model = self.build_model(cfg)
         optimizer = self.build_optimizer(cfg, model)
         model = create_ddp_model(model)
@@ -321,14 +322,16 @@ class DefaultTrainer(TrainerBase):
         return max(1, num_train_images // cfg.SOLVER.IMS_PER_BATCH)
 
     @staticmethod
-    def auto_scale_hyperparams(cfg: CfgNode, num_classes: int) -> CfgNode:
-        """Fill MODEL.HEADS.NUM_CLASSES from the training set (when left at 0).
+    def auto_scale_hyperparams(cfg: CfgNode, num_classes: int, num_cameras: int = 0) -> CfgNode:
+        """Fill MODEL.HEADS.NUM_CLASSES from the training set (when left at 0), and
+        MODEL.BACKBONE.NUM_CAMERAS when it is -1 (a ViT's camera embedding).
 
         Args:
             cfg: the config (not modified).
             num_classes: identities in the (merged) training set.
+            num_cameras: cameras in the (merged) training set.
         Returns:
-            a frozen copy of the config with NUM_CLASSES set.
+            a frozen copy of the config with NUM_CLASSES (and NUM_CAMERAS) set.
         """
         cfg = cfg.clone()
         frozen = cfg.is_frozen()
@@ -340,6 +343,9 @@ class DefaultTrainer(TrainerBase):
             )
         cfg.MODEL.HEADS.NUM_CLASSES = num_classes
         logger.info(f"Auto-scaling the config: MODEL.HEADS.NUM_CLASSES = {num_classes}")
+        if cfg.MODEL.BACKBONE.NUM_CAMERAS == -1:
+            cfg.MODEL.BACKBONE.NUM_CAMERAS = int(num_cameras)
+            logger.info(f"Auto-scaling the config: MODEL.BACKBONE.NUM_CAMERAS = {num_cameras}")
         if frozen:
             cfg.freeze()
         return cfg

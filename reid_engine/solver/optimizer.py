@@ -1,12 +1,12 @@
 """``build_optimizer``: torch optimizers with per-parameter-kind groups and gradient clipping.
 
 Reads SOLVER.OPT, BASE_LR, MOMENTUM, NESTEROV, WEIGHT_DECAY, WEIGHT_DECAY_NORM,
-BIAS_LR_FACTOR, WEIGHT_DECAY_BIAS, HEADS_LR_FACTOR and CLIP_GRADIENTS.
+BIAS_LR_FACTOR, WEIGHT_DECAY_BIAS, HEADS_LR_FACTOR, LAYER_DECAY and CLIP_GRADIENTS.
 """
 import inspect
 import logging
 import re
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Set, Tuple
 
 import torch
 from torch import nn
@@ -44,24 +44,49 @@ def _is_head_param(name: str) -> bool:
     return parts[0] == "heads"
 
 
+def _declared_overrides(model: nn.Module, layer_decay: float) -> Tuple[Set[str], Dict[str, float]]:
+    """What submodules declare about their parameters (duck-typed, the solver does not import
+    modeling): ``no_weight_decay()`` -> names trained without weight decay, and
+    ``layer_ids()`` -> ({name: layer i}, n) for layer-wise LR decay ``layer_decay ** (n - i)``.
+
+    Returns:
+        (full names without weight decay, full name -> lr factor).
+    """
+    no_decay: Set[str] = set()
+    lr_scale: Dict[str, float] = {}
+    for module_name, module in model.named_modules():
+        prefix = f"{module_name}." if module_name else ""
+        if callable(getattr(module, "no_weight_decay", None)):
+            no_decay.update(prefix + name for name in module.no_weight_decay())
+        if layer_decay != 1.0 and callable(getattr(module, "layer_ids", None)):
+            ids, num_layers = module.layer_ids()
+            lr_scale.update({prefix + name: layer_decay ** (num_layers - i) for name, i in ids.items()})
+    return no_decay, lr_scale
+
+
 def get_param_groups(model: nn.Module, base_lr: float, weight_decay: float, weight_decay_norm: float,
-                     bias_lr_factor: float, weight_decay_bias: float, heads_lr_factor: float) -> List[dict]:
+                     bias_lr_factor: float, weight_decay_bias: float, heads_lr_factor: float,
+                     layer_decay: float = 1.0) -> List[dict]:
     """Parameter groups with their lr and weight decay, merged where both are equal.
 
     Rules, applied in order to each trainable parameter (shared ones counted once):
     weight decay ``weight_decay_norm`` in normalisation layers; a ``bias`` (also a norm
     layer's) gets ``lr * bias_lr_factor`` and ``weight_decay_bias``; parameters under
     the top-level ``heads`` module get their lr multiplied by ``heads_lr_factor``.
+    Modules may declare parameters without weight decay (``no_weight_decay()``, e.g. a
+    ViT's positions, tokens, norms and biases) and layer numbers for layer-wise LR decay
+    (``layer_ids()``, used when ``layer_decay`` != 1).
 
     Args:
         model: the model.
         base_lr, weight_decay, weight_decay_norm, bias_lr_factor, weight_decay_bias,
-            heads_lr_factor: the SOLVER values.
+            heads_lr_factor, layer_decay: the SOLVER values.
 
     Returns:
         list[dict]: ``{"params": [(name, tensor), ...], "lr", "weight_decay"}`` in order of
         first appearance; torch stores the names as the group's ``param_names``.
     """
+    no_decay, lr_scale = _declared_overrides(model, layer_decay)
     groups: Dict[Tuple[float, float], dict] = {}
     seen = set()
     for module_name, module in model.named_modules():
@@ -76,6 +101,9 @@ def get_param_groups(model: nn.Module, base_lr: float, weight_decay: float, weig
                 lr, decay = base_lr * bias_lr_factor, weight_decay_bias
             if _is_head_param(full_name):
                 lr *= heads_lr_factor
+            if full_name in no_decay:
+                decay = 0.0
+            lr *= lr_scale.get(full_name, 1.0)
             group = groups.setdefault((lr, decay), {"params": [], "lr": lr, "weight_decay": decay})
             group["params"].append((full_name, param))
     return list(groups.values())
@@ -196,6 +224,9 @@ def check_optimizer_config(cfg) -> type:
     """
     if cfg.SOLVER.CLIP_GRADIENTS.ENABLED:
         check_choice(cfg.SOLVER.CLIP_GRADIENTS.CLIP_TYPE, CLIP_TYPES, "SOLVER.CLIP_GRADIENTS.CLIP_TYPE")
+    if not 0.0 < cfg.SOLVER.LAYER_DECAY <= 1.0:
+        raise ConfigError(f"SOLVER.LAYER_DECAY must be in (0, 1] (1 = no layer-wise LR decay, e.g. 0.65 for ViT "
+                          f"fine-tuning), got {cfg.SOLVER.LAYER_DECAY}")
     return getattr(torch.optim, check_choice(cfg.SOLVER.OPT, optimizer_names(), "SOLVER.OPT"))
 
 
@@ -218,7 +249,8 @@ def build_optimizer(cfg, model: nn.Module) -> torch.optim.Optimizer:
     groups = get_param_groups(
         model, base_lr=solver.BASE_LR, weight_decay=solver.WEIGHT_DECAY,
         weight_decay_norm=solver.WEIGHT_DECAY_NORM, bias_lr_factor=solver.BIAS_LR_FACTOR,
-        weight_decay_bias=solver.WEIGHT_DECAY_BIAS, heads_lr_factor=solver.HEADS_LR_FACTOR)
+        weight_decay_bias=solver.WEIGHT_DECAY_BIAS, heads_lr_factor=solver.HEADS_LR_FACTOR,
+        layer_decay=solver.LAYER_DECAY)
     if not groups:
         raise ValueError("the model has no trainable parameters (all have requires_grad=False); "
                          "unfreeze some before building the optimizer")

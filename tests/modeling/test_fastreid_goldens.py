@@ -31,7 +31,8 @@ BACKBONE_LAYOUTS = sorted("backbones/" + f[len("backbones__"):-5] for f in os.li
                           if f.startswith("backbones__") and f.endswith(".json"))
 # whole-model layouts -> the config file of ours that must build them
 MODEL_LAYOUTS = {"bagtricks_S50": "configs/Market1501/bagtricks_S50.yml",
-                 "mgn_R50-ibn": "configs/Market1501/mgn_R50-ibn.yml"}
+                 "mgn_R50-ibn": "configs/Market1501/mgn_R50-ibn.yml",
+                 "bagtricks_vit": "configs/Market1501/bagtricks_vit.yml"}
 
 
 def _max_abs_diff_ok(ours, expected):
@@ -109,7 +110,7 @@ def test_model_checkpoint_loads_and_gives_fastreid_embeddings(name, tmp_path):
     Checkpointer(model).load(str(path), checkpointables=[])
     with open(golden_path(name)) as handle:
         golden = json.load(handle)
-    with torch.no_grad():
-        embeddings = model.eval()({"images": golden_images(*GOLDEN_IMAGE_SIZE)})
+    with torch.no_grad():  # a layout's golden may have its own image size (fast-reid's ViT needs 256x128)
+        embeddings = model.eval()({"images": golden_images(*golden.get("image_size", GOLDEN_IMAGE_SIZE))})
     assert list(embeddings.shape) == golden["shape"]
     _max_abs_diff_ok(embeddings, torch.tensor(golden["embeddings"]))

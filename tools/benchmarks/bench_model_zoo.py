@@ -45,6 +45,7 @@ FAMILIES = [
     ("build_regnet_backbone", [f"{size}{kind}" for size in (200, 400, 800, 1600, 3200, 4000, 6400)
                                for kind in "xy"]),
     ("build_effnet_backbone", [f"b{i}" for i in range(8)]),
+    ("build_vit_backbone", ["small", "base", "large"]),
     ("build_repvgg_backbone", ["A0", "A1", "A2", "B0", "B1", "B1g2", "B1g4", "B2", "B2g2", "B2g4", "B3",
                                "B3g2", "B3g4"]),
 ]

@@ -18,6 +18,7 @@ from .resnest import RESNEST_DEPTHS, ResNeSt, build_resnest_backbone
 from .resnet import RESNET_DEPTHS, BasicBlock, Bottleneck, ResNet, build_resnet_backbone
 from .resnext import RESNEXT_DEPTHS, ResNeXt, build_resnext_backbone
 from .shufflenetv2 import SHUFFLENETV2_DEPTHS, ShuffleNetV2, build_shufflenetv2_backbone
+from .vit import VIT_DEPTHS, VisionTransformer, ViTSpec, build_vit_backbone
 
 __all__ = [
     "BACKBONE_REGISTRY",
@@ -62,4 +63,8 @@ __all__ = [
     "EFFNET_DEPTHS",
     "EffNet",
     "build_effnet_backbone",
+    "VIT_DEPTHS",
+    "ViTSpec",
+    "VisionTransformer",
+    "build_vit_backbone",
 ]

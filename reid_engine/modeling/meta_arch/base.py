@@ -72,6 +72,15 @@ class ReidModelBase(nn.Module):
             images = images.contiguous(memory_format=torch.channels_last)
         return images
 
+    def run_backbone(self, backbone: nn.Module, batch: Batch) -> torch.Tensor:
+        """Normalised images through `backbone`; a backbone with ``takes_camids = True`` (e.g.
+        a ViT with a camera embedding) also gets the batch's "camids" (None for a bare tensor)."""
+        images = self.preprocess_image(batch)
+        if not getattr(backbone, "takes_camids", False):
+            return backbone(images)
+        camids = batch.get("camids") if isinstance(batch, Mapping) else None
+        return backbone(images, camids=None if camids is None else camids.to(self.device, non_blocking=True))
+
     def training_targets(self, batch: Batch, loss_fn) -> torch.Tensor:
         """The batch's (B,) class ids on the model's device, after checking that the model
         can be trained: a batch dict with "targets" and a loss function `loss_fn`."""

@@ -50,10 +50,10 @@ class Baseline(ReidModelBase):
         """Training: dict of named losses; eval: features (B, D).
 
         Args:
-            batch: {"images": (B, 3, H, W), "targets": (B,) int64 (training), ...},
-                or an image tensor (eval).
+            batch: {"images": (B, 3, H, W), "targets": (B,) int64 (training), "camids":
+                (B,) (backbones that take them), ...}, or an image tensor (eval).
         """
-        features = self.backbone(self.preprocess_image(batch))
+        features = self.run_backbone(self.backbone, batch)
         if not self.training:
             return self.heads(features)
         targets = self.training_targets(batch, self.loss_fn)

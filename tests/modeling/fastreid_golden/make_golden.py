@@ -49,7 +49,15 @@ MODEL_CONFIGS = {
                                  "MODEL.HEADS.POOL_LAYER": "GeneralizedMeanPoolingP",
                                  "MODEL.HEADS.CLS_LAYER": "CircleSoftmax", "MODEL.HEADS.SCALE": 64,
                                  "MODEL.HEADS.MARGIN": 0.35}),
+    "bagtricks_vit": dict(_BOT, **{"MODEL.BACKBONE.NAME": "build_vit_backbone", "MODEL.BACKBONE.DEPTH": "base",
+                                   "MODEL.BACKBONE.FEAT_DIM": 768, "MODEL.BACKBONE.STRIDE_SIZE": (16, 16),
+                                   "MODEL.BACKBONE.SIE_COE": 3.0, "MODEL.HEADS.POOL_LAYER": "Identity",
+                                   "MODEL.PIXEL_MEAN": [127.5] * 3, "MODEL.PIXEL_STD": [127.5] * 3,
+                                   "INPUT.SIZE_TRAIN": [256, 128], "INPUT.SIZE_TEST": [256, 128]}),
 }
+# Layouts whose fast-reid model only runs at its training size (its ViT asserts the input
+# size), with their golden image size instead of GOLDEN_IMAGE_SIZE.
+IMAGE_SIZES = {"bagtricks_vit": (256, 128)}
 
 
 def _fastreid_cfg(options):
@@ -82,7 +90,8 @@ def _rounded(value):
 def make(name):
     """Compute and write the golden of one layout."""
     state = random_fastreid_state(golden_layout(name), GOLDEN_SEED)
-    images = golden_images(*GOLDEN_IMAGE_SIZE)
+    image_size = IMAGE_SIZES.get(name, GOLDEN_IMAGE_SIZE)
+    images = golden_images(*image_size)
     if name.startswith("backbones/"):
         from fastreid.modeling.backbones import build_backbone
 
@@ -104,7 +113,7 @@ def make(name):
         with torch.no_grad():
             out = model.eval()({"images": images.float()})
         golden = {"kind": "model", "shape": list(out.shape), "embeddings": out.tolist()}
-    golden.update({"layout": name, "seed": GOLDEN_SEED, "image_size": list(GOLDEN_IMAGE_SIZE),
+    golden.update({"layout": name, "seed": GOLDEN_SEED, "image_size": list(image_size),
                    "source": "fastreid 1.4.0"})
     path = golden_path(name)
     with open(path, "w") as handle:

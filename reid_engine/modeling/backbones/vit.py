@@ -1,0 +1,362 @@
+"""Vision Transformer backbone (ViT, with TransReID's overlapping patches and side information
+embedding), in the key layout of fast-reid's ``build_vit_backbone`` (timm's names).
+
+The backbone returns the final-normed class token as a (B, C, 1, 1) map, so the head runs
+with POOL_LAYER Identity.
+"""
+import logging
+import math
+from dataclasses import dataclass
+from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from reid_engine.config import ConfigError
+
+from ...utils.registry import lookup
+from .build import BACKBONE_REGISTRY, check_backbone_options
+from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
+
+__all__ = ["VIT_DEPTHS", "ViTSpec", "VisionTransformer", "build_vit_backbone", "patch_grid", "resize_pos_grid"]
+
+logger = logging.getLogger(__name__)
+
+PATCH_SIZE = 16
+# LayerNorm epsilon of fast-reid's (and timm's original) ViT.
+_LN_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class ViTSpec:
+    """Width and depth of a ViT size.
+
+    Attributes:
+        dim: token width (the output channels).
+        depth: number of transformer blocks.
+        heads: attention heads per block.
+        mlp_ratio: hidden width of the MLP / dim.
+        qkv_bias: whether the query/key/value projection has a bias.
+        qk_scale: attention logit scale; None = head_dim ** -0.5.
+    """
+
+    dim: int
+    depth: int
+    heads: int
+    mlp_ratio: float = 4.0
+    qkv_bias: bool = True
+    qk_scale: Optional[float] = None
+
+
+#: DEPTH -> size. "small" is fast-reid's (timm's first ViT-S: 768 wide, 8 blocks, 3x MLP, no
+#: qkv bias and a 768 ** -0.5 logit scale), not the 384-wide DeiT-S; "large" is ViT-L/16.
+VIT_DEPTHS: Dict[str, ViTSpec] = {
+    "small": ViTSpec(dim=768, depth=8, heads=8, mlp_ratio=3.0, qkv_bias=False, qk_scale=768 ** -0.5),
+    "base": ViTSpec(dim=768, depth=12, heads=12),
+    "large": ViTSpec(dim=1024, depth=24, heads=16),
+}
+
+
+def patch_grid(size: Sequence[int], stride: Sequence[int], patch: int = PATCH_SIZE) -> Tuple[int, int]:
+    """Token grid (rows, cols) of a 16x16 patch embedding with the given stride (fast-reid's
+    formula: (H - 16) // stride_h + 1, likewise for W).
+
+    Args:
+        size: image (H, W).
+        stride: patch stride (sh, sw); 16 = non-overlapping patches.
+        patch: patch size.
+    """
+    return (size[0] - patch) // stride[0] + 1, (size[1] - patch) // stride[1] + 1
+
+
+def resize_pos_grid(grid_pos: Tensor, old_grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
+    """Bilinearly resize a grid of position embeddings (1, h*w, C) -> (1, h'*w', C)."""
+    if tuple(old_grid) == tuple(new_grid):
+        return grid_pos
+    dim = grid_pos.shape[-1]
+    grid = grid_pos.reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+    # float32 interpolation: bf16 / fp16 weights would lose the small position differences
+    grid = F.interpolate(grid.float(), size=tuple(new_grid), mode="bilinear", align_corners=False)
+    return grid.to(grid_pos.dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim)
+
+
+class DropPath(nn.Module):
+    """Stochastic depth: in training, zero a residual branch per sample with probability
+    `prob` and scale the kept ones by 1 / (1 - prob)."""
+
+    def __init__(self, prob: float = 0.0):
+        super().__init__()
+        self.prob = float(prob)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.prob == 0.0:
+            return x
+        keep = 1.0 - self.prob
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+        return x * mask / keep
+
+    def extra_repr(self) -> str:
+        return f"prob={self.prob}"
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused qkv projection (keys `qkv`, `proj`)."""
+
+    def __init__(self, dim: int, heads: int, qkv_bias: bool, qk_scale: Optional[float],
+                 attn_drop: float, proj_drop: float):
+        super().__init__()
+        self.heads = heads
+        self.scale = qk_scale if qk_scale is not None else (dim // heads) ** -0.5
+        self.attn_drop = attn_drop
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, tokens, dim = x.shape
+        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
+        # SDPA keeps the softmax in float32 under bf16 / fp16 autocast (and uses fused kernels)
+        out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], scale=self.scale,
+                                             dropout_p=self.attn_drop if self.training else 0.0)
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, tokens, dim)))
+
+
+class Mlp(nn.Module):
+    """fc1 -> GELU -> dropout -> fc2 -> dropout."""
+
+    def __init__(self, dim: int, hidden: int, drop: float):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)), with
+    stochastic depth on both branches."""
+
+    def __init__(self, spec: ViTSpec, drop: float, attn_drop: float, drop_path: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(spec.dim, eps=_LN_EPS)
+        self.attn = Attention(spec.dim, spec.heads, spec.qkv_bias, spec.qk_scale, attn_drop, drop)
+        self.drop_path = DropPath(drop_path)
+        self.norm2 = nn.LayerNorm(spec.dim, eps=_LN_EPS)
+        self.mlp = Mlp(spec.dim, int(spec.dim * spec.mlp_ratio), drop)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x)))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class PatchEmbed(nn.Module):
+    """16x16 patches at a stride (overlapping below 16) projected to tokens (key `proj`)."""
+
+    def __init__(self, dim: int, stride: Tuple[int, int], in_chans: int = 3):
+        super().__init__()
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=PATCH_SIZE, stride=stride)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class VisionTransformer(nn.Module):
+    """ViT over a token grid fixed by the training size; other input sizes interpolate the
+    position embeddings bilinearly at run time.
+
+    Args:
+        spec: the size (:data:`VIT_DEPTHS` or a custom :class:`ViTSpec`).
+        img_size: the training image (H, W); it fixes the number of positions.
+        stride: patch stride (sh, sw).
+        drop: dropout after positions, in attention output and MLP (DROP_RATIO).
+        attn_drop: dropout on attention weights (ATT_DROP_RATE).
+        drop_path: stochastic depth rate of the last block, linear from 0 (DROP_PATH_RATIO).
+        num_cameras: > 1 adds the side information embedding `sie_embed` (cameras x 1 x dim).
+        sie_coe: weight of the camera embedding (SIE_COE).
+    """
+
+    #: the meta architecture passes the batch's camera ids (``camids=``) to forward
+    takes_camids = True
+
+    def __init__(self, spec: ViTSpec, img_size: Sequence[int] = (256, 128), stride: Sequence[int] = (16, 16),
+                 drop: float = 0.0, attn_drop: float = 0.0, drop_path: float = 0.0, num_cameras: int = 0,
+                 sie_coe: float = 0.0):
+        super().__init__()
+        self.stride = (int(stride[0]), int(stride[1]))
+        self.grid = patch_grid(img_size, self.stride)
+        self.out_channels = spec.dim
+        self.sie_coe = float(sie_coe)
+        self.patch_embed = PatchEmbed(spec.dim, self.stride)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, spec.dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.grid[0] * self.grid[1], spec.dim))
+        self.sie_embed = nn.Parameter(torch.zeros(num_cameras, 1, spec.dim)) if num_cameras > 1 else None
+        self.pos_drop = nn.Dropout(drop)
+        rates = torch.linspace(0, drop_path, spec.depth).tolist()  # stochastic depth grows with depth
+        self.blocks = nn.ModuleList(Block(spec, drop, attn_drop, rate) for rate in rates)
+        self.norm = nn.LayerNorm(spec.dim, eps=_LN_EPS)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """timm's init: truncated normal (std 0.02) tokens, positions and linear weights, zero
+        biases, unit LayerNorms; the patch conv N(0, 2 / (k*k*out)) as fast-reid."""
+        for tensor in (self.cls_token, self.pos_embed, self.sie_embed):
+            if tensor is not None:
+                nn.init.trunc_normal_(tensor, std=0.02, a=-2.0, b=2.0)
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.trunc_normal_(module.weight, std=0.02, a=-2.0, b=2.0)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        conv = self.patch_embed.proj
+        nn.init.normal_(conv.weight, std=math.sqrt(2.0 / (PATCH_SIZE * PATCH_SIZE * conv.out_channels)))
+
+    def no_weight_decay(self) -> Set[str]:
+        """Names of the parameters trained without weight decay (read by the solver):
+        tokens, positions, the camera embedding, every LayerNorm and every bias."""
+        names = {"cls_token", "pos_embed"} | ({"sie_embed"} if self.sie_embed is not None else set())
+        for name, module in self.named_modules():
+            for param_name, _ in module.named_parameters(recurse=False):
+                if isinstance(module, nn.LayerNorm) or param_name == "bias":
+                    names.add(f"{name}.{param_name}")
+        return names
+
+    def layer_ids(self) -> Tuple[Dict[str, int], int]:
+        """Layer index of every parameter for layer-wise LR decay (read by the solver):
+        0 for the embeddings, i + 1 for block i, depth + 1 for the final norm.
+
+        Returns:
+            (name -> layer id, number of layers = depth + 2).
+        """
+        depth = len(self.blocks)
+        ids = {}
+        for name, _ in self.named_parameters():
+            if name.startswith("blocks."):
+                ids[name] = int(name.split(".")[1]) + 1
+            elif name.startswith("norm."):
+                ids[name] = depth + 1
+            else:
+                ids[name] = 0
+        return ids, depth + 2
+
+    def positions(self, grid: Tuple[int, int]) -> Tensor:
+        """Position embeddings (1, 1 + h*w, C) for a token grid, resized from the stored one."""
+        if tuple(grid) == self.grid:
+            return self.pos_embed
+        cls_pos, grid_pos = self.pos_embed[:, :1], self.pos_embed[:, 1:]
+        return torch.cat([cls_pos, resize_pos_grid(grid_pos, self.grid, grid)], dim=1)
+
+    def forward(self, x: Tensor, camids: Optional[Tensor] = None) -> Tensor:
+        """Images (B, 3, H, W) [and camera ids (B,)] -> class token (B, C, 1, 1)."""
+        grid = patch_grid(x.shape[-2:], self.stride)
+        tokens = self.patch_embed(x)
+        tokens = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), tokens], dim=1)
+        tokens = tokens + self.positions(grid)
+        if self.sie_embed is not None:
+            if camids is None:
+                raise ValueError("this ViT has a camera embedding (SIE); pass camids (B,) with the images, "
+                                 "e.g. a batch dict with 'camids'")
+            tokens = tokens + self.sie_coe * self.sie_embed[camids.to(x.device).long()]
+        tokens = self.pos_drop(tokens)
+        for block in self.blocks:
+            tokens = block(tokens)
+        return self.norm(tokens)[:, 0].reshape(x.shape[0], -1, 1, 1)
+
+
+def _check_config(cfg) -> ViTSpec:
+    """Validate the ViT keys without building; returns the size."""
+    opts = cfg.MODEL.BACKBONE
+    spec = lookup(VIT_DEPTHS, opts.DEPTH, "MODEL.BACKBONE.DEPTH")
+    check_backbone_options(cfg, supported=())
+    stride = tuple(opts.STRIDE_SIZE)
+    if len(stride) != 2 or not all(isinstance(s, int) and 1 <= s <= PATCH_SIZE for s in stride):
+        raise ConfigError(f"MODEL.BACKBONE.STRIDE_SIZE must be two ints in 1..{PATCH_SIZE} (16 = non-overlapping "
+                          f"patches, 12 = TransReID's overlap), got {opts.STRIDE_SIZE}")
+    size = tuple(cfg.INPUT.SIZE_TRAIN)
+    if min(size) < PATCH_SIZE:
+        raise ConfigError(f"INPUT.SIZE_TRAIN {list(size)} is smaller than the {PATCH_SIZE}-pixel ViT patch; "
+                          f"use at least {PATCH_SIZE}x{PATCH_SIZE} (e.g. 256x128)")
+    for key in ("DROP_RATIO", "ATT_DROP_RATE", "DROP_PATH_RATIO"):
+        if not 0.0 <= getattr(opts, key) < 1.0:
+            raise ConfigError(f"MODEL.BACKBONE.{key} must be in [0, 1), got {getattr(opts, key)}")
+    if opts.SIE_COE < 0:
+        raise ConfigError(f"MODEL.BACKBONE.SIE_COE must be >= 0 (0 = no camera embedding), got {opts.SIE_COE}")
+    if opts.SIE_COE > 0 and opts.NUM_CAMERAS < -1:
+        raise ConfigError(f"MODEL.BACKBONE.NUM_CAMERAS must be -1 (from the training set), 0 (no camera "
+                          f"embedding) or the camera count, got {opts.NUM_CAMERAS}")
+    return spec
+
+
+@BACKBONE_REGISTRY.register()
+def build_vit_backbone(cfg) -> VisionTransformer:
+    """Build the ViT of MODEL.BACKBONE.DEPTH ("small", "base", "large") for INPUT.SIZE_TRAIN.
+
+    Reads STRIDE_SIZE, DROP_RATIO, ATT_DROP_RATE, DROP_PATH_RATIO, SIE_COE, NUM_CAMERAS
+    (SIE needs SIE_COE > 0 and more than one camera), PRETRAIN / PRETRAIN_PATH (a timm
+    ViT file; positions are resized to the token grid).
+
+    Returns:
+        :class:`VisionTransformer` with `out_channels` = the token width.
+    """
+    spec = _check_config(cfg)
+    opts = cfg.MODEL.BACKBONE
+    cameras = opts.NUM_CAMERAS if opts.SIE_COE > 0 else 0
+    if cameras == -1:
+        raise ConfigError("MODEL.BACKBONE.NUM_CAMERAS is -1 (from the training set) but no training set "
+                          "filled it in; set it to the training cameras (e.g. 6 for Market1501, 15 for MSMT17)")
+    model = VisionTransformer(spec, img_size=tuple(cfg.INPUT.SIZE_TRAIN), stride=tuple(opts.STRIDE_SIZE),
+                              drop=opts.DROP_RATIO, attn_drop=opts.ATT_DROP_RATE, drop_path=opts.DROP_PATH_RATIO,
+                              num_cameras=cameras, sie_coe=opts.SIE_COE)
+    if opts.PRETRAIN:
+        _PRETRAIN_TARGET.grid = model.grid
+        try:
+            load_imagenet_weights(model, opts.PRETRAIN_PATH, "ViT")
+        finally:
+            _PRETRAIN_TARGET.grid = None
+    return model
+
+
+build_vit_backbone.check_config = _check_config
+
+
+# ---- ImageNet weights: timm's ViT files (also the jx_vit_base_p16_224 file TransReID uses) ----
+class _PretrainTarget:
+    """The token grid of the ViT being loaded (set by the builder just before loading), so
+    that the rename step can resize the file's square position grid to it."""
+
+    grid: Optional[Tuple[int, int]] = None
+
+
+_PRETRAIN_TARGET = _PretrainTarget()
+
+
+def _is_timm_vit(state: Mapping[str, Tensor]) -> bool:
+    return all(k in state for k in ("cls_token", "pos_embed", "patch_embed.proj.weight", "blocks.0.attn.qkv.weight"))
+
+
+def _rename_timm_vit(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
+    """Drop DeiT's distillation token and resize the (square) position grid to the model's."""
+    state = dict(state)
+    pos = state.get("pos_embed")
+    extra_tokens = 2 if "dist_token" in state else 1
+    if pos is not None and _PRETRAIN_TARGET.grid is not None:
+        side = math.isqrt(pos.shape[1] - extra_tokens)
+        if side * side == pos.shape[1] - extra_tokens:
+            grid_pos = resize_pos_grid(pos[:, extra_tokens:], (side, side), _PRETRAIN_TARGET.grid)
+            if (side, side) != tuple(_PRETRAIN_TARGET.grid):
+                logger.info("Resized ImageNet position embeddings from %dx%d to %dx%d", side, side,
+                            *_PRETRAIN_TARGET.grid)
+            state["pos_embed"] = torch.cat([pos[:, :1], grid_pos], dim=1)
+    state.pop("dist_token", None)
+    return state
+
+
+register_weights_family(WeightsFamily(
+    name="ViT", fingerprint=_is_timm_vit, rename=_rename_timm_vit,
+    dropped_prefixes=("head.", "head_dist.", "pre_logits.", "fc_norm."), releases="timm ViT / DeiT .pth"))
