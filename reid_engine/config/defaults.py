@@ -26,6 +26,9 @@ _C.MODEL.WEIGHTS = ""
 # Images enter the model as 0..255 and are normalised inside it.
 _C.MODEL.PIXEL_MEAN = [123.675, 116.28, 103.53]
 _C.MODEL.PIXEL_STD = [58.395, 57.12, 57.375]
+# MoCo meta architecture: features (and labels) kept in its memory queue; a multiple of
+# SOLVER.IMS_PER_BATCH (the global batch), since every step enqueues one global batch.
+_C.MODEL.QUEUE_SIZE = 8192
 
 _C.MODEL.BACKBONE = CN()
 _C.MODEL.BACKBONE.NAME = "build_resnet_backbone"
@@ -302,7 +305,6 @@ _C.OUTPUT_DIR = "output"
 # ---------------------------------------------------------------------------- #
 # Channels of the backbone output in fast-reid; here the backbone reports them itself.
 _C.MODEL.BACKBONE.FEAT_DIM = 2048
-_C.MODEL.QUEUE_SIZE = 8192  # MoCo: size of the feature memory queue
 # Knowledge distillation (Distiller meta architecture).
 _C.KD = CN()
 _C.KD.MODEL_CONFIG = []
@@ -314,7 +316,6 @@ _C.KD.EMA.MOMENTUM = 0.999
 # key -> why it has no effect
 INERT_KEYS = {
     "MODEL.BACKBONE.FEAT_DIM": "the head takes its input width from the backbone's out_channels",
-    "MODEL.QUEUE_SIZE": "the MoCo meta architecture is not built yet",
     "KD.MODEL_CONFIG": "the Distiller meta architecture is not built yet",
     "KD.MODEL_WEIGHTS": "the Distiller meta architecture is not built yet",
     "KD.EMA.ENABLED": "the Distiller meta architecture is not built yet",

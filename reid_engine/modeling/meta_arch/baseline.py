@@ -57,5 +57,13 @@ class Baseline(ReidModelBase):
         if not self.training:
             return self.heads(features)
         targets = self.training_targets(batch, self.loss_fn)
-        outputs = self.heads(features, targets)
+        return self.losses(self.heads(features, targets), targets)
+
+    def losses(self, outputs: Dict[str, torch.Tensor], targets: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """Named scaled losses of the head's training outputs (subclasses add terms here).
+
+        Args:
+            outputs: the head's training outputs ("cls_outputs", "features", ...).
+            targets: (B,) class ids.
+        """
         return self.loss_fn(outputs, targets)
