@@ -273,6 +273,18 @@ _C.TEST.RANK_VIS = False
 _C.TEST.EXPECTED_RESULTS = []
 
 # ---------------------------------------------------------------------------- #
+# Knowledge distillation (MODEL.META_ARCHITECTURE Distiller)
+# ---------------------------------------------------------------------------- #
+_C.KD = CN()
+# Teacher config files (each merged onto the defaults) and their checkpoints, one per teacher.
+_C.KD.MODEL_CONFIG = []
+_C.KD.MODEL_WEIGHTS = []
+# Self-distillation: a teacher that is an exponential moving average of the student.
+_C.KD.EMA = CN()
+_C.KD.EMA.ENABLED = False
+_C.KD.EMA.MOMENTUM = 0.999
+
+# ---------------------------------------------------------------------------- #
 # Misc
 # ---------------------------------------------------------------------------- #
 # (ours) >= 0 makes runs repeatable; each worker gets SEED + rank.
@@ -296,13 +308,6 @@ _C.MODEL.BACKBONE.STRIDE_SIZE = (16, 16)
 _C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1
 _C.MODEL.BACKBONE.DROP_RATIO = 0.0
 _C.MODEL.BACKBONE.ATT_DROP_RATE = 0.0
-# Knowledge distillation (Distiller meta architecture).
-_C.KD = CN()
-_C.KD.MODEL_CONFIG = []
-_C.KD.MODEL_WEIGHTS = []
-_C.KD.EMA = CN()
-_C.KD.EMA.ENABLED = False
-_C.KD.EMA.MOMENTUM = 0.999
 
 # key -> why it has no effect
 INERT_KEYS = {
@@ -313,8 +318,4 @@ INERT_KEYS = {
     "MODEL.BACKBONE.DROP_PATH_RATIO": "vision-transformer backbones are not built yet",
     "MODEL.BACKBONE.DROP_RATIO": "vision-transformer backbones are not built yet",
     "MODEL.BACKBONE.ATT_DROP_RATE": "vision-transformer backbones are not built yet",
-    "KD.MODEL_CONFIG": "the Distiller meta architecture is not built yet",
-    "KD.MODEL_WEIGHTS": "the Distiller meta architecture is not built yet",
-    "KD.EMA.ENABLED": "the Distiller meta architecture is not built yet",
-    "KD.EMA.MOMENTUM": "the Distiller meta architecture is not built yet",
 }
