@@ -210,7 +210,8 @@ def test_resume_through_the_trainer_is_exact(tmp_path, data_root):
     config, weights, _ = _save_teacher(tmp_path, num_classes=24)  # SyntheticReIDTiny's training ids
     cfg = _cfg(configs=[config], weights=[weights], ema=True, momentum=0.5)
     cfg.merge_from_list(["MODEL.HEADS.NUM_CLASSES", 0, "DATASETS.ROOT", data_root, "SOLVER.IMS_PER_BATCH", 64,
-                         "SOLVER.MAX_EPOCH", 2, "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]", "SOLVER.WARMUP_ITERS", 1, "SOLVER.STEPS", "[1]",
+                         "SOLVER.MAX_EPOCH", 2, "SOLVER.WARMUP_ITERS", 1, "SOLVER.STEPS", "[1]",
+                         "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]",
                          "TEST.EVAL_PERIOD", 100, "DATASETS.TESTS", "()", "OUTPUT_DIR", str(tmp_path / "out")])
     straight = _train(cfg, resume=False)
     assert straight.max_iter >= 2 and straight.max_iter % 2 == 0
