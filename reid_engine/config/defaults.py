@@ -289,6 +289,18 @@ _C.TEST.RANK_VIS = False
 _C.TEST.EXPECTED_RESULTS = []
 
 # ---------------------------------------------------------------------------- #
+# Knowledge distillation (MODEL.META_ARCHITECTURE Distiller)
+# ---------------------------------------------------------------------------- #
+_C.KD = CN()
+# Teacher config files (each merged onto the defaults) and their checkpoints, one per teacher.
+_C.KD.MODEL_CONFIG = []
+_C.KD.MODEL_WEIGHTS = []
+# Self-distillation: a teacher that is an exponential moving average of the student.
+_C.KD.EMA = CN()
+_C.KD.EMA.ENABLED = False
+_C.KD.EMA.MOMENTUM = 0.999
+
+# ---------------------------------------------------------------------------- #
 # Misc
 # ---------------------------------------------------------------------------- #
 # (ours) >= 0 makes runs repeatable; each worker gets SEED + rank.
@@ -305,19 +317,8 @@ _C.OUTPUT_DIR = "output"
 # ---------------------------------------------------------------------------- #
 # Channels of the backbone output in fast-reid; here the backbone reports them itself.
 _C.MODEL.BACKBONE.FEAT_DIM = 2048
-# Knowledge distillation (Distiller meta architecture).
-_C.KD = CN()
-_C.KD.MODEL_CONFIG = []
-_C.KD.MODEL_WEIGHTS = []
-_C.KD.EMA = CN()
-_C.KD.EMA.ENABLED = False
-_C.KD.EMA.MOMENTUM = 0.999
 
 # key -> why it has no effect
 INERT_KEYS = {
     "MODEL.BACKBONE.FEAT_DIM": "the head takes its input width from the backbone's out_channels",
-    "KD.MODEL_CONFIG": "the Distiller meta architecture is not built yet",
-    "KD.MODEL_WEIGHTS": "the Distiller meta architecture is not built yet",
-    "KD.EMA.ENABLED": "the Distiller meta architecture is not built yet",
-    "KD.EMA.MOMENTUM": "the Distiller meta architecture is not built yet",
 }

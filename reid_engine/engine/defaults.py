@@ -106,7 +106,11 @@ class DefaultTrainer(TrainerBase):
         self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.iters_per_epoch)
         # The trainer's whole state (iteration, optimizer, scheduler via its hook,
         # scaler, hook states, RNG, data stream, event histories) is one checkpointable.
-        self.checkpointer = Checkpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self))
+        # A distillation model keeps its teachers (and EMA state) out of its state_dict, so the
+        # student's files load into a plain Baseline; they are checkpointed beside it.
+        teachers = getattr(_unwrap(model), "teacher_state", None)
+        extra = {"teachers": teachers} if teachers is not None else {}
+        self.checkpointer = Checkpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self), **extra)
         self.start_iter = 0
         self.max_iter = cfg.SOLVER.MAX_EPOCH * self.iters_per_epoch
         self.cfg = cfg
@@ -195,7 +199,7 @@ class DefaultTrainer(TrainerBase):
                                        + ": look at the evaluation above, or change the expectation")
 
     def build_hooks(self) -> List[hooks.HookBase]:
-        """The default hooks, in order: timer, LR scheduler, PreciseBN, LayerFreeze,
+        """The default hooks, in order: timer, LR scheduler, EMA teacher, PreciseBN, LayerFreeze,
         evaluation, best checkpoint, writers, periodic checkpoints.
 
         The periodic checkpoint comes last so that the state it saves already holds
@@ -209,6 +213,8 @@ class DefaultTrainer(TrainerBase):
         cfg.defrost()
         ipe = self.iters_per_epoch
         ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler()]
+        if getattr(_unwrap(self.model), "has_ema_teacher", False):
+            ret.append(hooks.EMATeacher(self.model))
 
         if cfg.TEST.PRECISE_BN.ENABLED:
             ret.append(
@@ -384,6 +390,11 @@ class DefaultTrainer(TrainerBase):
         if frozen:
             cfg.freeze()
         return cfg
+
+
+def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DistributedDataParallel wrapper (or the model itself)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -55,7 +55,8 @@ def _load(path):
 
 
 @pytest.mark.parametrize("name", CONFIG_FILES)
-def test_config_file_loads_and_its_values_check(name):
+def test_config_file_loads_and_its_values_check(name, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)  # KD.MODEL_CONFIG paths are relative to the working directory (fast-reid's)
     check_config_values(_load(os.path.join(CONFIG_DIR, name)))
 
 

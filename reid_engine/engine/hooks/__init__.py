@@ -1,10 +1,10 @@
 """The standard training hooks: timing, writers, checkpoints, LR scheduling, evaluation,
-precise BN, layer freezing, profiling and memory statistics (one module per concern)."""
+precise BN, layer freezing, EMA teachers, profiling and memory statistics (one module per concern)."""
 from ..train_loop import HookBase
 from .basic import TIMER_WARMUP_ITERS, CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
 from .checkpointing import BestCheckpointer, PeriodicCheckpointer
 from .evaluation import EvalHook, flatten_results_dict
-from .model_state import LayerFreeze, PreciseBN
+from .model_state import EMATeacher, LayerFreeze, PreciseBN
 from .profiling import TorchMemoryStats, TorchProfiler
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "EvalHook",
     "PreciseBN",
     "LayerFreeze",
+    "EMATeacher",
     "TorchProfiler",
     "TorchMemoryStats",
     "flatten_results_dict",

@@ -1,4 +1,4 @@
-"""Hooks that change the model between steps: precise BN statistics and layer freezing."""
+"""Hooks that change the model between steps: precise BN statistics, layer freezing and the EMA teacher."""
 import itertools
 import logging
 from typing import Iterable, Sequence
@@ -129,3 +129,21 @@ class LayerFreeze(HookBase):
     def after_train(self):
         if self.is_frozen:  # training ended while frozen: leave the model as it was built
             self._release()
+
+
+class EMATeacher(HookBase):
+    """Update a distillation model's EMA teacher after each optimizer step, i.e. call
+    ``update_ema_teacher()`` of a model whose ``has_ema_teacher`` is True (the Distiller with
+    KD.EMA.ENABLED). It must run before the periodic checkpointer, so a checkpoint holds
+    the teacher of the iteration it was written at.
+    """
+
+    def __init__(self, model: nn.Module):
+        """
+        Args:
+            model: the model (DDP-wrapped or not).
+        """
+        self._model = _unwrap(model)
+
+    def after_step(self):
+        self._model.update_ema_teacher()

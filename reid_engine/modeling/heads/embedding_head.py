@@ -145,12 +145,29 @@ class EmbeddingHead(nn.Module):
         if targets is None:
             raise ValueError("EmbeddingHead in training mode needs targets; call "
                              "model.eval() for features")
-        if self.cls_layer.uses_cosine:
-            logits = F.linear(F.normalize(neck), F.normalize(self.weight))
-        else:
-            logits = F.linear(neck, self.weight)
+        logits = self._logits(neck)
         return {
             "cls_outputs": self.cls_layer(logits, targets),
             "pred_class_logits": logits * self.cls_layer.s,
             "features": selected,
         }
+
+    def _logits(self, neck: torch.Tensor) -> torch.Tensor:
+        """Class logits of the neck feature, before margin and scale (cosine for cosine classifiers)."""
+        if self.cls_layer.uses_cosine:
+            return F.linear(F.normalize(neck), F.normalize(self.weight))
+        return F.linear(neck, self.weight)
+
+    def class_logits(self, features: torch.Tensor) -> torch.Tensor:
+        """The "pred_class_logits" of a backbone map in either mode (no targets, no margin).
+
+        A distillation teacher runs in eval mode, where forward returns features only;
+        this gives its logits (the BN neck then uses its running statistics).
+
+        Args:
+            features: backbone map (B, C, h, w).
+        Returns:
+            (B, num_classes) logits times the classifier's scale.
+        """
+        neck = self.bottleneck(self._pool(features))[..., 0, 0]
+        return self._logits(neck) * self.cls_layer.s
