@@ -44,6 +44,9 @@ def _worker(rank, port, out_path):
             torch.save(dict(results), out_path)
         else:
             assert results == {}
+        # Both workers finish their gloo traffic before either tears the group down: a worker
+        # that destroys it while its peer still talks can abort in gloo's threads (SIGABRT).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
