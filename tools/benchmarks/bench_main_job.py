@@ -11,10 +11,8 @@ iteration and evaluation counts come from the config (MAX_EPOCH, TEST.EVAL_PERIO
 evaluation). It prints both projections and their ratio (new / old).
 
 Examples:
-    python tools/benchmarks/bench_main_job.py
-    python tools/benchmarks/bench_main_job.py --iters 40 --skip-generation
-    python tools/benchmarks/bench_main_job.py --old configs/SyntheticReID/bagtricks_R18_quick.yml \\
-        --new configs/SyntheticReID/bagtricks_regnet200x_quick.yml
+    python tools/benchmarks/bench_main_job.py --new my_candidate.yml
+    python tools/benchmarks/bench_main_job.py --new my_candidate.yml --iters 40 --skip-generation
 """
 import argparse
 import math
@@ -34,7 +32,6 @@ from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLD = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
-NEW = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_regnet200x_quick.yml")
 
 
 class _StepTimes(HookBase):
@@ -87,7 +84,7 @@ def measure(path: str, args, output_dir: str) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", default=OLD, help="the previous main-job config")
-    parser.add_argument("--new", default=NEW, help="the main-job config the README names")
+    parser.add_argument("--new", required=True, help="the candidate main-job config to compare with --old")
     parser.add_argument("--data-root", default=os.path.join(REPO, "datasets"),
                         help="where SyntheticReID is (generated there on first use)")
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per config")
