@@ -7,7 +7,6 @@ from torch import nn
 
 from reid_engine.config import get_cfg
 from reid_engine.modeling import BACKBONE_REGISTRY
-from reid_engine.utils import checkpoint as ckpt_module
 
 
 def family_cfg(name, depth, **opts):
@@ -47,14 +46,6 @@ def save_release_file(model, path, rename=None):
     state["fc.bias"] = torch.randn(1000)
     torch.save(state, path)
     return str(path)
-
-
-def capture_load_logs(caplog, monkeypatch):
-    """Set caplog to INFO for the shared checkpoint loader, even after setup_logger stopped
-    propagation; returns caplog (the body of each test file's `load_logs` fixture)."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
 
 
 def assert_fully_loaded(source, loaded, path, logs):

@@ -34,12 +34,7 @@ ZOO = [
 IDS = [f"{name[6:-9]}-{depth}" + "".join(f"-{k.lower()}" for k in extra) for name, depth, extra in ZOO]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_torch_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(min(2, previous))
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 def backbone_cfg(name, depth, extra):

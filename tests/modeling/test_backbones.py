@@ -9,7 +9,6 @@ from reid_engine.modeling import build_backbone
 from reid_engine.modeling.backbones import RESNET_DEPTHS, ResNet, load_imagenet_weights
 from reid_engine.modeling.backbones.build import BACKBONE_REGISTRY
 from reid_engine.modeling.layers import IBN, FrozenBatchNorm2d, NonLocal
-from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.registry import UnknownChoiceError
 
@@ -151,14 +150,6 @@ def test_out_channels_matches_the_output_map(depth):
 
 
 # ----------------------------------------------------------------------------- pretrained
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
-
-
 def _torchvision_layout(model: ResNet, prefix=""):
     """The state dict a torchvision ResNet of the same depth would save (with fc)."""
     state = {prefix + k: v.clone() for k, v in model.state_dict().items()}

@@ -1,7 +1,6 @@
 """MobileNetV2 (1.0x-0.1x) and MobileNetV3 (Large / Small) backbones: every DEPTH, LAST_STRIDE
 (no effect, as in fast-reid), NORM, ImageNet files of torchvision / timm / tonylins, and the
 configuration errors. Outputs equal to fast-reid's are checked in test_fastreid_goldens.py."""
-import logging
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ from reid_engine.modeling.backbones import (
 )
 from reid_engine.modeling.backbones.imagenet_weights import WEIGHT_FAMILIES, detect_weights_family
 from reid_engine.modeling.layers import FrozenBatchNorm2d, GhostBatchNorm
-from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
@@ -27,12 +25,7 @@ TIMM_V2_STAGES = (1, 2, 3, 4, 3, 3, 1)
 TIMM_V3_SMALL_STAGES = (1, 2, 3, 2, 3, 1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_torch_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(min(2, previous))
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 def _cfg(name, depth, **opts):
@@ -143,14 +136,6 @@ def test_check_config_rejects_bad_depth_without_building(name, module, monkeypat
 
 
 # ----------------------------------------------------------------------------- ImageNet files
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
-
-
 def _timm_block_names(stages):
     """Our block index (1-based) -> timm's "blocks.S.B" for stages of these block counts."""
     names = [f"blocks.{stage}.{block}" for stage, count in enumerate(stages) for block in range(count)]

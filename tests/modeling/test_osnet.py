@@ -14,7 +14,6 @@ from reid_engine.modeling import build_backbone
 from reid_engine.modeling.backbones import OSNET_DEPTHS, WeightsFamilyError, osnet
 from reid_engine.modeling.backbones.build import BACKBONE_REGISTRY
 from reid_engine.modeling.layers import FrozenBatchNorm2d
-from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.errors import ReidUserError
 
 from ._helpers import tiny_cfg
@@ -25,12 +24,7 @@ _IMAGES = torch.randn(2, 3, 64, 32, generator=torch.Generator().manual_seed(0))
 _OUT_CHANNELS = {"x1_0": 512, "x0_75": 384, "x0_5": 256, "x0_25": 128}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_torch_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(min(2, previous))
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 def _cfg(depth="x0_25", **opts):
@@ -167,14 +161,6 @@ def test_frozen_bn_leaves_only_convs_and_instance_norms_trainable():
 
 
 # ---- torchreid ImageNet files
-
-
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
 
 
 def _torchreid_file(model, path, prefix="", wrap=None):

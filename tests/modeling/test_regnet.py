@@ -12,7 +12,7 @@ from reid_engine.modeling.backbones.imagenet_weights import detect_weights_famil
 from reid_engine.modeling.layers import FrozenBatchNorm2d, GhostBatchNorm
 from reid_engine.utils.registry import UnknownChoiceError
 
-from ._pycls_helpers import assert_loads_completely, backbone_cfg, load_logs, rename, with_random_statistics  # noqa: F401
+from ._pycls_helpers import assert_loads_completely, backbone_cfg, rename, with_random_statistics
 
 NAME = "build_regnet_backbone"
 
@@ -159,7 +159,7 @@ def _release(model, layout):
 
 
 @pytest.mark.parametrize("layout", ["pycls", "torchvision", "timm"])
-def test_imagenet_release_layouts_load_completely(tmp_path, load_logs, layout):  # noqa: F811
+def test_imagenet_release_layouts_load_completely(tmp_path, load_logs, layout):
     depth = "200y"  # projections and SE: every renamed part
     source = with_random_statistics(_build(depth, seed=3))
     payload = _release(source, layout)

@@ -23,7 +23,6 @@ from reid_engine.modeling.backbones import (
 from reid_engine.modeling.backbones import repvgg as repvgg_module
 from reid_engine.modeling.backbones.repvgg import RepVGGSpec
 from reid_engine.modeling.layers import FrozenBatchNorm2d, GhostBatchNorm
-from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.checkpoint import Checkpointer
 from reid_engine.utils.registry import UnknownChoiceError
 
@@ -142,14 +141,6 @@ def test_check_config_rejects_a_bad_depth_without_building(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- ImageNet files
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
-
-
 def _authors_release(model):
     """What DingXiaoH/RepVGG's RepVGG-A0-train.pth holds: our keys plus the classifier `linear`."""
     state = {k: v.clone() for k, v in model.state_dict().items()}

@@ -15,7 +15,6 @@ from reid_engine.utils.registry import UnknownChoiceError
 from ._backbone_family import (
     assert_fully_loaded,
     build,
-    capture_load_logs,
     family_cfg,
     save_release_file,
     with_running_stats,
@@ -90,11 +89,6 @@ def test_norm_variants_reach_every_norm_layer(norm, kind):
 
 
 # ------------------------------------------------------------------------------ ImageNet weights
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    return capture_load_logs(caplog, monkeypatch)
-
-
 def test_torchvision_layout_loads_every_tensor(tmp_path, load_logs):
     """torchvision's / timm's resnext50_32x4d: the ResNet names, a grouped conv2, `fc`."""
     source = with_running_stats(resnext(seed=1))

@@ -1,7 +1,6 @@
 """ShuffleNetV2 (0.5x-2.0x) backbone: every DEPTH, LAST_STRIDE (no effect, as in fast-reid),
 NORM, Megvii's ImageNet files, torchvision's refused, and the configuration errors. Outputs equal
 to fast-reid's are checked in test_fastreid_goldens.py."""
-import logging
 
 import pytest
 import torch
@@ -12,7 +11,6 @@ from reid_engine.modeling.backbones import BACKBONE_REGISTRY, SHUFFLENETV2_DEPTH
 from reid_engine.modeling.backbones.imagenet_weights import detect_weights_family
 from reid_engine.modeling.backbones.shufflenetv2 import ShuffleV2Block
 from reid_engine.modeling.layers import FrozenBatchNorm2d, GhostBatchNorm
-from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg
@@ -20,12 +18,7 @@ from ._helpers import tiny_cfg
 NAME = "build_shufflenetv2_backbone"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def two_torch_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(min(2, previous))
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("two_torch_threads")
 
 
 def _cfg(depth, **opts):
@@ -111,14 +104,6 @@ def test_check_config_rejects_bad_depth_without_building(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- ImageNet files
-@pytest.fixture
-def load_logs(caplog, monkeypatch):
-    """caplog at INFO for the shared checkpoint loader, even after setup_logger stopped propagation."""
-    monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
-    caplog.set_level(logging.INFO, logger=ckpt_module.__name__)
-    return caplog
-
-
 def _megvii_file(model):
     """Megvii's ShuffleNet-Series checkpoint: our keys with "module." under "state_dict", plus the
     bias-free classifier."""
