@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from ..layers import get_norm
 from .imagenet_weights import StateDict
 
-__all__ = ["make_divisible", "conv_norm_act", "init_fan_out", "rename_timm_mobilenet", "timm_stage_depths"]
+__all__ = ["make_divisible", "conv_norm_act", "rename_timm_mobilenet", "timm_stage_depths"]
 
 
 def make_divisible(value: float, divisor: int = 8) -> int:
@@ -50,20 +50,6 @@ def conv_norm_act(in_channels: int, out_channels: int, kernel_size: int = 3, str
     if activation is not None:
         layers.append(activation(inplace=True))
     return nn.Sequential(*layers)
-
-
-def init_fan_out(model: nn.Module) -> None:
-    """MobileNet init: kaiming-normal convs (fan_out, ReLU gain), zero conv biases, norm
-    weight 1 / bias 0."""
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, (nn.BatchNorm2d, nn.SyncBatchNorm, nn.GroupNorm)):
-            if module.weight is not None:
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
 
 
 # ----------------------------------------------------------------------------- timm files

@@ -18,10 +18,10 @@ from torch.nn import functional as F
 
 from reid_engine.utils.registry import check_choice, lookup
 
-from ..layers import NORM_NAMES
+from ..layers import NORM_NAMES, init_fan_out
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import StateDict, WeightsFamily, load_imagenet_weights, register_weights_family
-from .mobile_blocks import conv_norm_act, init_fan_out, make_divisible, rename_timm_mobilenet, timm_stage_depths
+from .mobile_blocks import conv_norm_act, make_divisible, rename_timm_mobilenet, timm_stage_depths
 
 __all__ = ["MOBILENETV3_DEPTHS", "HardSqueezeExcitation", "MobileNetV3Block", "MobileNetV3",
            "build_mobilenetv3_backbone"]

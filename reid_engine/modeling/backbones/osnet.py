@@ -37,7 +37,7 @@ from reid_engine.config import ConfigError
 from reid_engine.utils.checkpoint import CheckpointError, CheckpointNotFoundError, load_checkpoint_file
 from reid_engine.utils.registry import check_choice, lookup
 
-from ..layers import NORM_NAMES, get_norm
+from ..layers import NORM_NAMES, get_norm, init_fan_out
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import WeightsFamily, WeightsFamilyError, load_imagenet_weights, register_weights_family
 
@@ -259,19 +259,7 @@ class OSNet(nn.Sequential):
         stages["conv5"] = ConvNormAct(widths[-1], widths[-1], 1, get_norm(norm, widths[-1]))
         super().__init__(stages)
         self.out_channels = widths[-1]
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        """Kaiming-normal (fan_out) convs with zero bias, norm weight 1 / bias 0."""
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-            elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
-                if isinstance(getattr(module, "weight", None), nn.Parameter):
-                    nn.init.ones_(module.weight)
-                    nn.init.zeros_(module.bias)
+        init_fan_out(self)
 
 
 def check_osnet_config(cfg) -> None:

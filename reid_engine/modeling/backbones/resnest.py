@@ -17,10 +17,10 @@ from torch import Tensor, nn
 
 from reid_engine.utils.registry import check_choice, lookup
 
-from ..layers import NORM_NAMES, get_norm
+from ..layers import NORM_NAMES, get_norm, init_fan_out
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
-from .resnet import _ResidualBlock, init_trunk_weights
+from .resnet import _ResidualBlock
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class ResNeSt(nn.Module):
                                                             norm, radix))
             inplanes = planes * ResNeStBottleneck.expansion
         self.out_channels = inplanes
-        init_trunk_weights(self)
+        init_fan_out(self)
 
     @staticmethod
     def _make_stage(inplanes, planes, count, stride, dilation, avd, norm, radix) -> nn.Sequential:

@@ -14,11 +14,11 @@ from torch import nn
 from reid_engine.config import ConfigError
 from reid_engine.utils.registry import check_choice, lookup
 
-from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm
+from ..layers import IBN, NORM_NAMES, NonLocal, SELayer, get_norm, init_fan_out
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import load_imagenet_weights
 
-__all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS", "init_trunk_weights"]
+__all__ = ["BasicBlock", "Bottleneck", "ResNet", "build_resnet_backbone", "RESNET_DEPTHS"]
 
 
 def _first_norm(planes: int, norm: str, with_ibn: bool) -> nn.Module:
@@ -108,20 +108,6 @@ class Bottleneck(_ResidualBlock):
         return self.bn3(self.conv3(out))
 
 
-def init_trunk_weights(model: nn.Module) -> None:
-    """Kaiming-normal (fan_out) conv weights and zero conv biases, norm weight 1 / bias 0,
-    for every module of `model` (the usual ResNet-family initialisation)."""
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d)):
-            if module.weight is not None:
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-
-
 class ResNet(nn.Module):
     """ResNet trunk returning the last stage's feature map.
 
@@ -166,7 +152,7 @@ class ResNet(nn.Module):
             inplanes = planes * block.expansion
             stage_channels.append(inplanes)
         self.out_channels = inplanes
-        init_trunk_weights(self)
+        init_fan_out(self)
         # Non-local blocks are built after the trunk init: they keep their own
         # (identity-at-start) initialisation.
         for stage, count in enumerate(non_local_per_stage, start=1):

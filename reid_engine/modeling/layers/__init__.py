@@ -18,6 +18,7 @@ from .pooling import (
 )
 from .se import SELayer
 from .temporal_pool import TEMPORAL_POOLS, TemporalPool
+from .weight_init import init_fan_out
 
 __all__ = [
     "TEMPORAL_POOLS",
@@ -45,4 +46,5 @@ __all__ = [
     "Identity",
     "build_pooling",
     "SELayer",
+    "init_fan_out",
 ]
