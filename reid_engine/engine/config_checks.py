@@ -11,6 +11,8 @@ from ..modeling.meta_arch.build import check_model_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
 from ..utils.checkpoint import CheckpointScheduleError
+from ..utils.registry import check_choice
+from .train_loop import AMP_DTYPE_NAMES
 
 __all__ = ["check_config_values"]
 
@@ -18,7 +20,7 @@ __all__ = ["check_config_values"]
 def check_config_values(cfg: CfgNode) -> None:
     """Check the enumerated values of the data, model, solver and test sections.
 
-    Covers DATASETS.NAMES / TESTS, DATALOADER.SAMPLER_TRAIN, MODEL.META_ARCHITECTURE and
+    Covers SOLVER.AMP.DTYPE, DATASETS.NAMES / TESTS, DATALOADER.SAMPLER_TRAIN, MODEL.META_ARCHITECTURE and
     what the architecture builds (backbone name, depth and norm, head name, pooling,
     classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
     SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD, TEST.METRIC and
@@ -34,6 +36,7 @@ def check_config_values(cfg: CfgNode) -> None:
     check_optimizer_config(cfg)
     check_lr_scheduler_config(cfg)
     check_metric(cfg.TEST.METRIC)
+    check_choice(cfg.SOLVER.AMP.DTYPE, AMP_DTYPE_NAMES, "SOLVER.AMP.DTYPE")
     _check_checkpoint_config(cfg)
 
 

@@ -400,7 +400,8 @@ def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "", iterati
 
 _PRECISIONS = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
                "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-AMP_DTYPES = ("auto", "bfloat16", "float16")
+#: the values SOLVER.AMP.DTYPE accepts
+AMP_DTYPE_NAMES = ("auto",) + tuple(_PRECISIONS)
 
 
 def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch.dtype:

@@ -28,6 +28,9 @@ CASES = [
     ("TEST.NECK_FEAT", "middle", "choose one of before, after"),
     ("INPUT.REA.RATIO", "[3.3, 0.3]", "ratio must be [min, max] with 0 < min <= max"),
     ("SOLVER.CHECKPOINT_MAX_TO_KEEP", "-1", "must be >= 0, got -1: 0 keeps every periodic checkpoint"),
+    # speed switches
+    ("SOLVER.AMP.DTYPE", "fp8", "choose one of auto, float16"),
+    ("MODEL.CHANNELS_LAST", "yes", "choose one of auto, on, off"),
 ]
 
 _EARLIER_FILES = {
