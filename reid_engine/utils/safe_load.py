@@ -1,13 +1,15 @@
 """The one safe reader of weight files: model checkpoints, ImageNet weights, tool inputs.
 
 Files are read with ``torch.load(weights_only=True)`` (plus plain numpy arrays and
-scalars), so a file cannot run code; full unpickling is an explicit opt-in. Bad files
+scalars), so a file cannot run code; full unpickling is an explicit opt-in. NumPy ``.npz``
+archives (JAX / big_vision releases) are read with ``allow_pickle=False``. Bad files
 give one-line errors that name the path. The accepted layouts are brought to
 ``{"model": state_dict, **other_entries}``.
 """
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Mapping
 from typing import Any, Dict, List
 
@@ -113,9 +115,31 @@ def require_checkpoint_file(path: str) -> None:
         )
 
 
+def _is_npz(path: str) -> bool:
+    """True for a NumPy archive: a zip whose members are all ``.npy`` arrays (a torch.save
+    zip holds a ``data.pkl`` instead)."""
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    return bool(names) and all(name.endswith(".npy") for name in names)
+
+
+def _read_npz(path: str) -> Dict[str, torch.Tensor]:
+    """{array name: tensor} of a NumPy archive, without unpickling (object arrays refused)."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: torch.from_numpy(np.array(archive[name])) for name in archive.files}
+    except Exception as e:  # numpy raises ValueError for object arrays, others for bad members
+        raise CheckpointError(f"{path} is not a readable .npz weights file: {_short_reason(e)}") from None
+
+
 def _read_checkpoint_file(path: str, allow_unsafe: bool) -> Any:
-    """torch.load a file on CPU, safely unless `allow_unsafe`; one-line errors."""
+    """torch.load a file (or read a NumPy archive) on CPU, safely unless `allow_unsafe`;
+    one-line errors."""
     require_checkpoint_file(path)
+    if _is_npz(path):
+        return _read_npz(path)
     try:
         if allow_unsafe:
             return torch.load(path, map_location="cpu", weights_only=False)
@@ -179,8 +203,8 @@ def load_checkpoint_file(path: str, allow_unsafe_load: bool = False) -> Dict[str
     """Read a weights file without a model: ``{"model": state_dict, **other_entries}``.
 
     Safe unpickling unless `allow_unsafe_load` or ``REID_ALLOW_UNSAFE_LOAD=1``; accepted
-    layouts: ``{"model": sd, ...}``, ``{"state_dict": sd, ...}``, ``{"model_state": sd, ...}``
-    and a bare state dict.
+    layouts: ``{"model": sd, ...}``, ``{"state_dict": sd, ...}``, ``{"model_state": sd, ...}``,
+    a bare state dict, and a NumPy ``.npz`` archive of arrays (read as a bare state dict).
 
     Args:
         path: the file.

@@ -3,6 +3,7 @@ files, the optimizer recipe (no-decay params, layer-wise LR decay), config error
 ViT training a few iterations on the smoke config with camera ids from the batch."""
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -154,6 +155,62 @@ def test_timm_file_loads_with_position_resize(tmp_path, monkeypatch):
     expected = resize_pos_grid(state["pos_embed"][:, 1:], (4, 4), (5, 3))
     torch.testing.assert_close(model.pos_embed[:, 1:], expected)
     torch.testing.assert_close(model.pos_embed[:, :1], state["pos_embed"][:, :1])
+
+
+def _jax_npz(model, path, prefix=""):
+    """The model's weights as a JAX ViT release stores them (.npz, kernels (in, out), attention
+    split per head), written without going through the code under test."""
+    state, heads = model.state_dict(), model.blocks[0].attn.heads
+    dim = model.out_channels
+    arrays = {
+        "embedding/kernel": state["patch_embed.proj.weight"].permute(2, 3, 1, 0),
+        "embedding/bias": state["patch_embed.proj.bias"],
+        "cls": state["cls_token"],
+        "Transformer/posembed_input/pos_embedding": state["pos_embed"],
+        "Transformer/encoder_norm/scale": state["norm.weight"],
+        "Transformer/encoder_norm/bias": state["norm.bias"],
+        "head/kernel": torch.randn(dim, 10), "head/bias": torch.zeros(10),
+    }
+    for i in range(len(model.blocks)):
+        src, dst = f"blocks.{i}.", f"Transformer/encoderblock_{i}/"
+        attn = dst + "MultiHeadDotProductAttention_1/"
+        qkv_w, qkv_b = state[src + "attn.qkv.weight"].chunk(3), state[src + "attn.qkv.bias"].chunk(3)
+        for part, w, b in zip(("query", "key", "value"), qkv_w, qkv_b):
+            arrays[attn + part + "/kernel"] = w.t().reshape(dim, heads, dim // heads)
+            arrays[attn + part + "/bias"] = b.reshape(heads, dim // heads)
+        arrays[attn + "out/kernel"] = state[src + "attn.proj.weight"].t().reshape(heads, dim // heads, dim)
+        arrays[attn + "out/bias"] = state[src + "attn.proj.bias"]
+        for ln, norm in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            arrays[dst + ln + "/scale"] = state[src + norm + ".weight"]
+            arrays[dst + ln + "/bias"] = state[src + norm + ".bias"]
+        for dense, fc in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+            arrays[dst + f"MlpBlock_3/{dense}/kernel"] = state[src + f"mlp.{fc}.weight"].t()
+            arrays[dst + f"MlpBlock_3/{dense}/bias"] = state[src + f"mlp.{fc}.bias"]
+    np.savez(path, **{prefix + k: v.detach().numpy() for k, v in arrays.items()})
+
+
+@pytest.mark.parametrize("prefix", ["", "opt/target/"])
+def test_jax_npz_release_loads_and_gives_the_same_features(tmp_path, prefix):
+    from reid_engine.modeling.backbones.imagenet_weights import load_imagenet_weights
+
+    source = tiny()
+    path = tmp_path / "ViT-tiny.npz"
+    _jax_npz(source, path, prefix)
+    torch.manual_seed(1)
+    model = VisionTransformer(TINY, img_size=(64, 32))
+    incompatible = load_imagenet_weights(model, str(path), "ViT")
+    assert not incompatible.missing_keys and not incompatible.incorrect_shapes
+    x = torch.randn(2, 3, 64, 32)
+    torch.testing.assert_close(model.eval()(x), source.eval()(x), rtol=0, atol=1e-5)
+
+
+def test_npz_with_python_objects_is_refused(tmp_path):
+    from reid_engine.utils.safe_load import CheckpointError, load_checkpoint_file
+
+    path = tmp_path / "bad.npz"
+    np.savez(path, cls=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match="bad.npz.*npz"):
+        load_checkpoint_file(str(path))
 
 
 def test_other_family_file_is_refused(tmp_path):

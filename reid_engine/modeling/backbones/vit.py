@@ -325,7 +325,8 @@ def build_vit_backbone(cfg) -> VisionTransformer:
 build_vit_backbone.check_config = _check_config
 
 
-# ---- ImageNet weights: timm's ViT files (also the jx_vit_base_p16_224 file TransReID uses) ----
+# ---- ImageNet weights: timm's ViT files (also the jx_vit_base_p16_224 file TransReID uses) and
+# the original JAX .npz releases (ViT-B_16.npz, AugReg) ----
 class _PretrainTarget:
     """The token grid of the ViT being loaded (set by the builder just before loading), so
     that the rename step can resize the file's square position grid to it."""
@@ -336,13 +337,63 @@ class _PretrainTarget:
 _PRETRAIN_TARGET = _PretrainTarget()
 
 
+# The prefixes under which JAX / big_vision .npz releases keep the parameters (as timm reads them).
+_JAX_PREFIXES = ("", "opt/target/", "params/")
+
+
+def _jax_prefix(state: Mapping[str, Tensor]) -> Optional[str]:
+    """The prefix of a JAX ViT .npz state (original ViT / AugReg releases), or None."""
+    for prefix in _JAX_PREFIXES:
+        if f"{prefix}embedding/kernel" in state and f"{prefix}Transformer/encoderblock_0/LayerNorm_0/scale" in state:
+            return prefix
+    return None
+
+
 def _is_timm_vit(state: Mapping[str, Tensor]) -> bool:
-    return all(k in state for k in ("cls_token", "pos_embed", "patch_embed.proj.weight", "blocks.0.attn.qkv.weight"))
+    timm = all(k in state for k in ("cls_token", "pos_embed", "patch_embed.proj.weight", "blocks.0.attn.qkv.weight"))
+    return timm or _jax_prefix(state) is not None
+
+
+def _jax_vit_to_timm(state: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
+    """Rename a JAX ViT (.npz) state to timm's names: kernels are (in, out) and attention
+    kernels are split per head, so they are transposed and flattened; q, k, v are fused."""
+    def get(name: str) -> Tensor:
+        return torch.as_tensor(state[prefix + name])
+
+    out = {
+        "patch_embed.proj.weight": get("embedding/kernel").permute(3, 2, 0, 1),  # HWIO -> OIHW
+        "patch_embed.proj.bias": get("embedding/bias"),
+        "cls_token": get("cls"),
+        "pos_embed": get("Transformer/posembed_input/pos_embedding"),
+        "norm.weight": get("Transformer/encoder_norm/scale"),
+        "norm.bias": get("Transformer/encoder_norm/bias"),
+    }
+    block = 0
+    while f"{prefix}Transformer/encoderblock_{block}/LayerNorm_0/scale" in state:
+        src, dst = f"Transformer/encoderblock_{block}/", f"blocks.{block}."
+        attn = src + "MultiHeadDotProductAttention_1/"
+        for ln, norm in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            out[dst + norm + ".weight"] = get(src + ln + "/scale")
+            out[dst + norm + ".bias"] = get(src + ln + "/bias")
+        out[dst + "attn.qkv.weight"] = torch.cat(
+            [get(attn + part + "/kernel").flatten(1).t() for part in ("query", "key", "value")])
+        if prefix + attn + "query/bias" in state:
+            out[dst + "attn.qkv.bias"] = torch.cat(
+                [get(attn + part + "/bias").flatten() for part in ("query", "key", "value")])
+        out[dst + "attn.proj.weight"] = get(attn + "out/kernel").flatten(0, 1).t()
+        out[dst + "attn.proj.bias"] = get(attn + "out/bias")
+        for dense, fc in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
+            out[dst + f"mlp.{fc}.weight"] = get(src + f"MlpBlock_3/{dense}/kernel").t()
+            out[dst + f"mlp.{fc}.bias"] = get(src + f"MlpBlock_3/{dense}/bias")
+        block += 1
+    return {k: v.contiguous() for k, v in out.items()}
 
 
 def _rename_timm_vit(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Drop DeiT's distillation token and resize the (square) position grid to the model's."""
-    state = dict(state)
+    """Bring a JAX .npz release to timm's names, drop DeiT's distillation token and resize the
+    (square) position grid to the model's."""
+    prefix = _jax_prefix(state)
+    state = _jax_vit_to_timm(state, prefix) if prefix is not None else dict(state)
     pos = state.get("pos_embed")
     extra_tokens = 2 if "dist_token" in state else 1
     if pos is not None and _PRETRAIN_TARGET.grid is not None:
@@ -359,4 +410,4 @@ def _rename_timm_vit(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 register_weights_family(WeightsFamily(
     name="ViT", fingerprint=_is_timm_vit, rename=_rename_timm_vit,
-    dropped_prefixes=("head.", "head_dist.", "pre_logits.", "fc_norm."), releases="timm ViT / DeiT .pth"))
+    dropped_prefixes=("head.", "head_dist.", "pre_logits.", "fc_norm."), releases="timm ViT / DeiT .pth, or a JAX ViT .npz"))
