@@ -197,8 +197,9 @@ _C.DATALOADER.SET_WEIGHT = []
 _C.SOLVER = CN()
 _C.SOLVER.AMP = CN()
 _C.SOLVER.AMP.ENABLED = False
-# (ours) autocast dtype: auto = bfloat16 where the device computes it natively (CPU, CUDA
-# compute capability >= 8), else float16 (with gradient scaling); or bfloat16 / float16.
+# (ours) autocast dtype: auto = bfloat16 where the device computes it natively (CUDA compute
+# capability >= 8, CPUs with AVX512-BF16 / AMX), float16 (with gradient scaling) on older GPUs,
+# no autocast on other CPUs (emulated bfloat16 is many times slower); or bfloat16 / float16.
 _C.SOLVER.AMP.DTYPE = "auto"
 
 _C.SOLVER.OPT = "Adam"  # any torch.optim name

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..utils import comm
-from ..utils.env import get_rng_states, set_rng_states
+from ..utils.env import cpu_native_bf16, get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage, get_event_storage
 
@@ -408,8 +408,9 @@ def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch
     """The autocast dtype for SOLVER.AMP.DTYPE on a device type.
 
     Args:
-        dtype: "auto" (bfloat16 where the device computes it natively: the CPU, CUDA
-            devices of compute capability 8 or more; else float16), a name (bfloat16, bf16,
+        dtype: "auto" (bfloat16 on the CPU and on CUDA devices of compute capability 8 or
+            more, else float16; AMPTrainer skips autocast on CPUs without native bfloat16),
+            a name (bfloat16, bf16,
             float16, fp16, half) or a torch dtype.
         device_type: "cpu" or "cuda".
 
@@ -429,7 +430,10 @@ def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch
 
 class AMPTrainer(SimpleTrainer):
     """SimpleTrainer with automatic mixed precision: autocast on the model's device,
-    gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used."""
+    gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used, and with
+    precision "auto" only where the CPU computes it natively (AVX512-BF16 or AMX): elsewhere
+    autocast would be emulated and much slower than float32, so the steps run in float32
+    (``self.autocast_enabled`` is False) and the log says so."""
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
@@ -446,11 +450,15 @@ class AMPTrainer(SimpleTrainer):
         super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward)
         self.device_type = _model_device_type(model)
         self.precision = resolve_amp_dtype(precision, self.device_type)
-        if self.device_type == "cpu" and self.precision == torch.float16:
-            logger.warning("AMP float16 is not used on CPU: using bfloat16 autocast instead")
-            self.precision = torch.bfloat16
-        logger.info("AMP: autocast to %s on %s%s", str(self.precision).replace("torch.", ""), self.device_type,
-                    " with gradient scaling" if self.precision == torch.float16 else "")
+        self.autocast_enabled = True
+        if self.device_type == "cpu":
+            if self.precision == torch.float16:
+                logger.warning("AMP float16 is not used on CPU: using bfloat16 autocast instead")
+                self.precision = torch.bfloat16
+            self.autocast_enabled = self._cpu_bf16_wanted(precision)
+        if self.autocast_enabled:
+            logger.info("AMP: autocast to %s on %s%s", str(self.precision).replace("torch.", ""), self.device_type,
+                        " with gradient scaling" if self.precision == torch.float16 else "")
         if self.precision == torch.float16:
             self.grad_scaler = grad_scaler if grad_scaler is not None else torch.amp.GradScaler(self.device_type)
         else:
@@ -458,7 +466,25 @@ class AMPTrainer(SimpleTrainer):
                 logger.warning("AMP bfloat16 needs no gradient scaling: the given grad_scaler is not used")
             self.grad_scaler = None
 
+    @staticmethod
+    def _cpu_bf16_wanted(precision: Union[str, torch.dtype]) -> bool:
+        """Whether to autocast to bfloat16 on this CPU (logs the reason when not)."""
+        native = cpu_native_bf16()
+        if native:
+            logger.info("AMP: this CPU computes bfloat16 natively (%s)", native)
+            return True
+        if isinstance(precision, str) and precision.lower() == "auto":
+            logger.warning("AMP: this CPU has no native bfloat16 (no AVX512-BF16 or AMX), where bfloat16 "
+                           "autocast is emulated and many times slower than float32: training runs in "
+                           "float32 (SOLVER.AMP.DTYPE bfloat16 forces autocast)")
+            return False
+        logger.warning("AMP: this CPU has no native bfloat16 (no AVX512-BF16 or AMX): bfloat16 autocast "
+                       "is emulated and many times slower than float32 (SOLVER.AMP.DTYPE auto avoids it)")
+        return True
+
     def _autocast(self):
+        if not self.autocast_enabled:
+            return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.precision)
 
     def _backward(self, losses: torch.Tensor) -> None:

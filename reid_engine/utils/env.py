@@ -11,7 +11,7 @@ import torch
 
 from .errors import DeviceUnavailableError, InvalidDeviceError
 
-__all__ = ["seed_all_rng", "get_rng_states", "set_rng_states", "resolve_device"]
+__all__ = ["seed_all_rng", "get_rng_states", "set_rng_states", "resolve_device", "cpu_native_bf16"]
 
 logger = logging.getLogger(__name__)
 
@@ -111,3 +111,20 @@ def resolve_device(name: Union[str, torch.device]) -> torch.device:
             f"set MODEL.DEVICE to cuda:0..cuda:{torch.cuda.device_count() - 1} or auto"
         )
     return torch.device(text)
+
+
+def cpu_native_bf16() -> str:
+    """The CPU instruction set that computes bfloat16 natively, or "" when there is none.
+
+    Without AVX512-BF16 or AMX, bfloat16 convolutions and matrix products are emulated and run
+    many times slower than float32 (a ResNet-18 training step here: about 30x).
+
+    Returns:
+        "AMX", "AVX512-BF16" or "".
+    """
+    cpu = torch.cpu
+    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+        return "AMX"
+    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "AVX512-BF16"
+    return ""

@@ -322,6 +322,22 @@ def test_amp_trainer_bfloat16_on_cpu_and_float16_fallback():
         make_trainer(trainer_cls=AMPTrainer, precision="float32")
 
 
+@pytest.mark.parametrize("native, precision, autocast", [
+    ("", "auto", False), ("", "bfloat16", True), ("AMX", "auto", True), ("AVX512-BF16", "auto", True)])
+def test_amp_on_cpu_autocasts_only_where_bfloat16_is_native_or_forced(monkeypatch, native, precision, autocast):
+    monkeypatch.setattr("reid_engine.engine.train_loop.cpu_native_bf16", lambda: native)
+    with capture_logs() as logs:
+        trainer = make_trainer(trainer_cls=AMPTrainer, precision=precision)
+    trainer.train(0, 1)
+    assert trainer.autocast_enabled is autocast
+    assert trainer.model.last_dtype == (torch.bfloat16 if autocast else torch.float32)
+    text = "\n".join(logs.messages)
+    if native:
+        assert f"natively ({native})" in text, text
+    else:
+        assert "no native bfloat16" in text and ("training runs in float32" in text) is not autocast, text
+
+
 def test_amp_trainer_scaler_state_round_trip():
     trainer = make_trainer(trainer_cls=AMPTrainer, precision="bfloat16")
     # Exercise the scaling path on CPU (on CUDA, float16 creates this scaler itself).
