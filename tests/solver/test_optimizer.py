@@ -84,11 +84,11 @@ def test_norm_detection():
         assert not is_norm_module(module)
 
 
-def test_sgd_gets_momentum_and_nesterov_and_foreach_on_cpu():
+def test_sgd_gets_momentum_and_nesterov_and_the_fused_kernel_on_cpu():
     optimizer = build_optimizer(_cfg(OPT="SGD", MOMENTUM=0.8, NESTEROV=True), TinyReid())
     assert isinstance(optimizer, torch.optim.SGD)
     assert optimizer.defaults["momentum"] == 0.8 and optimizer.defaults["nesterov"] is True
-    assert optimizer.defaults["foreach"] is True and not optimizer.defaults.get("fused")
+    assert optimizer.defaults["fused"] is True and not optimizer.defaults.get("foreach")
 
 
 @pytest.mark.parametrize("name", ["Adam", "AdamW", "RMSprop", "Adamax"])
@@ -104,7 +104,8 @@ def test_kernel_choice():
     assert _kernel_kwargs(torch.optim.Adam, cuda) == {"fused": True}
     assert _kernel_kwargs(torch.optim.SGD, cuda) == {"fused": True}
     assert _kernel_kwargs(torch.optim.Adamax, cuda) == {"foreach": True}  # no fused kernel
-    assert _kernel_kwargs(torch.optim.Adam, cpu) == {"foreach": True}
+    assert _kernel_kwargs(torch.optim.Adam, cpu) == {"fused": True}
+    assert _kernel_kwargs(torch.optim.Adamax, cpu) == {}  # foreach is slower than per-tensor on CPU
     assert _kernel_kwargs(torch.optim.LBFGS, cpu) == {}
 
 
