@@ -1,12 +1,15 @@
 """A wrong value for an enumerated config key: one `error:` line, no traceback, OUTPUT_DIR untouched.
 
-Runs the real command line; the values are checked before the run sets up its output
-folder or reads any data, so each case takes about one interpreter start.
+Every case runs the command's entry point (`reid_engine.cli.train.main`, the function behind
+`tools/train_net.py`) in this process; one case also runs as a separate `tools/train_net.py`
+process, to check the same through a real interpreter (stderr, exit status). The values are
+checked before the run sets up its output folder or reads any data.
 """
 import os
 
 import pytest
 
+from reid_engine.cli import train
 from tests.conftest import run_cli
 from tests.e2e.test_train_net import snapshot
 
@@ -46,22 +49,42 @@ def _folder_state(folder):
                               for name in os.listdir(folder)}
 
 
-@pytest.mark.parametrize("key, value, shows", CASES, ids=[case[0] for case in CASES])
-def test_wrong_value_is_one_error_line_and_keeps_output_dir(tmp_path, key, value, shows):
-    out = tmp_path / "out"
-    out.mkdir()
-    for name, data in _EARLIER_FILES.items():
-        (out / name).write_bytes(data)
-    before = _folder_state(out)
-
-    proc = run_cli(["--config-file", CFG, "DATASETS.ROOT", str(tmp_path / "no_data"),
-                    "OUTPUT_DIR", str(out), key, value], timeout=120)
-
-    assert proc.returncode == 2  # a wrong config value is a usage error
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    error_lines = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert len(error_lines) == 1, proc.stderr[-3000:]
+def _check_refused(exit_code, stderr, out, tmp_path, before, key, shows):
+    assert exit_code == 2  # a wrong config value is a usage error
+    assert "Traceback" not in stderr, stderr[-3000:]
+    error_lines = [line for line in stderr.splitlines() if "error:" in line]
+    assert len(error_lines) == 1, stderr[-3000:]
     line = error_lines[0]
     assert key in line and shows in line, line
     assert _folder_state(out) == before, "OUTPUT_DIR was changed"
     assert not (tmp_path / "no_data").exists()  # no data was looked at or generated
+
+
+@pytest.fixture()
+def earlier_run(tmp_path):
+    """An OUTPUT_DIR holding an earlier run's files, and its state."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in _EARLIER_FILES.items():
+        (out / name).write_bytes(data)
+    return out, _folder_state(out)
+
+
+def _argv(tmp_path, out, key, value):
+    return ["--config-file", CFG, "DATASETS.ROOT", str(tmp_path / "no_data"), "OUTPUT_DIR", str(out), key, value]
+
+
+@pytest.mark.parametrize("key, value, shows", CASES, ids=[case[0] for case in CASES])
+def test_wrong_value_is_one_error_line_and_keeps_output_dir(tmp_path, earlier_run, capsys, monkeypatch, key, value,
+                                                            shows):
+    monkeypatch.delenv("REID_DEBUG", raising=False)
+    out, before = earlier_run
+    exit_code = train.main(_argv(tmp_path, out, key, value))
+    _check_refused(exit_code, capsys.readouterr().err, out, tmp_path, before, key, shows)
+
+
+def test_wrong_value_in_a_separate_process(tmp_path, earlier_run):
+    out, before = earlier_run
+    key, value, shows = CASES[0]
+    proc = run_cli(_argv(tmp_path, out, key, value), timeout=120)
+    _check_refused(proc.returncode, proc.stderr, out, tmp_path, before, key, shows)
