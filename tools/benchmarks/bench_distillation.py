@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""Measure the knowledge-distillation gain on SyntheticReID: a student trained with and without a
+teacher, side by side.
+
+Three runs of the real command line (`tools/train_net.py`), one after another, on the same data,
+seed and schedule:
+1. the teacher: the student config with a deeper backbone (--teacher-depth, default R50), trained
+   the same way (skipped with --teacher-weights);
+2. the student alone (the student config as it is);
+3. the student as a `Distiller`: the same config plus the frozen teacher's logits through
+   `loss_jsdiv` (KD.MODEL_CONFIG / KD.MODEL_WEIGHTS).
+It prints the test metrics of the three models, the gain (3 minus 2) and the wall time of each run.
+
+Examples:
+    python tools/benchmarks/bench_distillation.py                      # main-job student, R50 teacher
+    python tools/benchmarks/bench_distillation.py --epochs 8 --teacher-epochs 8
+    python tools/benchmarks/bench_distillation.py --teacher-weights output/r50/model_final.pth \\
+        --teacher-config output/r50/config.yaml
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STUDENT = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
+METRICS = ("Rank-1", "mAP", "mINP")
+
+
+def final_metrics(log_text: str) -> Dict[str, float]:
+    """The last evaluation of a run's log (its `copypaste:` header and value lines) as {name: value}.
+
+    Args:
+        log_text: the text of a run's log.txt.
+
+    Returns:
+        dict: metric name -> value; empty when the log holds no evaluation.
+    """
+    names, values = None, None
+    for line in log_text.splitlines():
+        if "copypaste:" not in line:
+            continue
+        fields = [x.strip() for x in line.split("copypaste:", 1)[1].split(",")]
+        if fields[0] == "Dataset":
+            names = fields[1:]
+        elif names is not None and re.fullmatch(r"[-\d.]+", fields[-1] or ""):
+            values = [float(x) for x in fields[1:]]
+    return dict(zip(names, values)) if names and values else {}
+
+
+def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[str, float]:
+    """Run `tools/train_net.py` for one job (its console goes to OUTPUT_DIR/log.txt); returns
+    its final metrics plus "seconds". Exits with the job's code when it fails."""
+    out = os.path.join(output, name)
+    cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config,
+           "OUTPUT_DIR", out, *overrides]
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        sys.exit(f"{name} failed with exit code {proc.returncode}; its log is {out}/log.txt")
+    with open(os.path.join(out, "log.txt"), encoding="utf-8") as f:
+        metrics = final_metrics(f.read())
+    print(f"    done in {seconds / 60:.1f} min: " + ", ".join(f"{k} {metrics.get(k, float('nan')):.1f}" for k in METRICS),
+          flush=True)
+    return {**metrics, "seconds": seconds}
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--student", default=STUDENT, help="the student's config (default: the main job)")
+    parser.add_argument("--teacher-depth", default="50x", help="the teacher's MODEL.BACKBONE.DEPTH")
+    parser.add_argument("--epochs", type=int, default=0, help="student epochs (0: the config's MAX_EPOCH)")
+    parser.add_argument("--teacher-epochs", type=int, default=0, help="teacher epochs (0: as the student)")
+    parser.add_argument("--teacher-weights", default="", help="a trained teacher (skips training it)")
+    parser.add_argument("--teacher-config", default="", help="the config of --teacher-weights (its config.yaml)")
+    parser.add_argument("--output", default=os.path.join(REPO, "output", "bench_distillation"))
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE overrides for every run")
+    args = parser.parse_args(argv)
+    if bool(args.teacher_weights) != bool(args.teacher_config):
+        parser.error("--teacher-weights and --teacher-config go together")
+    common = list(args.opts) + (["SOLVER.MAX_EPOCH", str(args.epochs)] if args.epochs else [])
+    # one evaluation, at the end: the schedule is the only difference between the runs
+    common += ["TEST.EVAL_PERIOD", "0"]
+    results = {}
+    if args.teacher_weights:
+        teacher_config, teacher_weights = args.teacher_config, args.teacher_weights
+    else:
+        teacher_opts = common + ["MODEL.BACKBONE.DEPTH", args.teacher_depth]
+        if args.teacher_epochs:
+            teacher_opts += ["SOLVER.MAX_EPOCH", str(args.teacher_epochs)]
+        results["teacher"] = run_job("teacher", args.student, teacher_opts, args.output)
+        teacher_config = os.path.join(args.output, "teacher", "config.yaml")
+        teacher_weights = os.path.join(args.output, "teacher", "model_final.pth")
+    results["student"] = run_job("student", args.student, common, args.output)
+    kd = ["MODEL.META_ARCHITECTURE", "Distiller", "KD.MODEL_CONFIG", f"('{teacher_config}',)",
+          "KD.MODEL_WEIGHTS", f"('{teacher_weights}',)"]
+    results["student_kd"] = run_job("student_kd", args.student, common + kd, args.output)
+
+    print(f"\nstudent: {os.path.relpath(args.student, REPO)}; teacher: DEPTH {args.teacher_depth}"
+          + (f" ({teacher_weights})" if args.teacher_weights else "") + f"; overrides: {' '.join(common)}")
+    print("| model | " + " | ".join(METRICS) + " | wall (min) |")
+    print("|---|" + "---:|" * (len(METRICS) + 1))
+    labels = {"teacher": "teacher", "student": "student alone", "student_kd": "student + teacher (loss_jsdiv)"}
+    for key, row in results.items():
+        print(f"| {labels[key]} | " + " | ".join(f"{row.get(m, float('nan')):.1f}" for m in METRICS)
+              + f" | {row['seconds'] / 60:.1f} |")
+    gain = {m: results["student_kd"].get(m, float("nan")) - results["student"].get(m, float("nan")) for m in METRICS}
+    print("\ndistillation gain (student + teacher - student alone): "
+          + ", ".join(f"{m} {v:+.1f}" for m, v in gain.items()))
+    print("command: python tools/benchmarks/bench_distillation.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
