@@ -4,7 +4,6 @@ import os
 import re
 import shlex
 
-import pytest
 from PIL import Image
 
 from reid_engine.data.synthetic import TINY_SPEC, ensure_synthetic_reid
@@ -14,16 +13,6 @@ from tests.conftest import REPO_ROOT, run_cli
 from tests.e2e.test_train_net import copypaste_results, metrics_by_iter, tiny_args
 
 NO_MATPLOTLIB_LINE = "TEST.RANK_VIS: matplotlib is not installed; ranks.png skipped (pip install matplotlib)"
-
-
-@pytest.fixture(scope="module")
-def vis_run(data_root, tmp_path_factory):
-    """One short tiny run with TEST.RANK_VIS on (9 iterations, one evaluation at the end)."""
-    out = tmp_path_factory.mktemp("vis") / "out"
-    proc = run_cli(tiny_args(data_root, out, "SOLVER.MAX_EPOCH", "1", "TEST.EVAL_PERIOD", "5",
-                             "TEST.RANK_VIS", "True"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return str(out), proc.stdout + proc.stderr, open(os.path.join(out, "log.txt")).read()
 
 
 def summary_block(text):
