@@ -5,7 +5,7 @@ import math
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 from tabulate import tabulate
@@ -17,6 +17,7 @@ from reid_engine.utils.logger import log_every_n_seconds
 __all__ = [
     "ExpectedResultsError",
     "log_result_checks",
+    "parse_csv_format",
     "result_check_failures",
     "DatasetEvaluator",
     "DatasetEvaluators",
@@ -229,6 +230,35 @@ def print_csv_format(results: Mapping) -> str:
     for row in rows:
         logger.info("copypaste: %s", ",".join([str(row[0])] + [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row[1:]]))
     return table
+
+
+def parse_csv_format(text: str) -> Dict[str, Dict[str, float]]:
+    """Read back the last results that :func:`print_csv_format` logged (its ``copypaste:`` lines).
+
+    Args:
+        text: a log's text (e.g. a run's log.txt or captured console output).
+
+    Returns:
+        ``{dataset: {metric: value}}`` of the last header and the rows after it; empty when the
+        text holds none.
+    """
+    names, results = None, {}
+    for line in text.splitlines():
+        if "copypaste:" not in line:
+            continue
+        fields = [field.strip() for field in line.split("copypaste:", 1)[1].split(",")]
+        if fields[0] == "Dataset":
+            names, results = fields[1:], {}
+        elif names is not None:
+            results[fields[0]] = {name: _number_or_text(value) for name, value in zip(names, fields[1:])}
+    return results
+
+
+def _number_or_text(value: str):
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 class ExpectedResultsError(ReidUserError, RuntimeError):

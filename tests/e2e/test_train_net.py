@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from reid_engine.evaluation import parse_csv_format
 from tests.conftest import REPO_ROOT, run_cli
 
 CFG = os.path.join(os.path.dirname(__file__), "configs", "tiny_R18.yml")
@@ -39,18 +40,10 @@ def metrics_by_iter(out):
 
 
 def copypaste_results(text):
-    """The last `copypaste:` header/values pair the evaluator printed, as {name: value}."""
-    names, values = None, None
-    for line in text.splitlines():
-        if "copypaste:" not in line:
-            continue
-        fields = [x.strip() for x in line.split("copypaste:", 1)[1].split(",")]
-        if fields[0] == "Dataset":
-            names = fields[1:]
-        elif names is not None:
-            values = [float(x) for x in fields[1:]]
-    assert names and values, text[-2000:]
-    return dict(zip(names, values))
+    """The last `copypaste:` results the evaluator printed (one dataset), as {name: value}."""
+    results = parse_csv_format(text)
+    assert len(results) == 1, text[-2000:]
+    return next(iter(results.values()))
 
 
 def snapshot(folder):

@@ -16,6 +16,7 @@ from reid_engine.evaluation import (
     evaluate_rank_from_features,
     inference_on_dataset,
     k_reciprocal_rerank,
+    parse_csv_format,
     print_csv_format,
     result_check_failures,
     verify_results,
@@ -202,3 +203,12 @@ def test_verify_results(caplog):
     cfg.TEST.EXPECTED_RESULTS = [["Market1501", "mAP", 1.0]]
     with pytest.raises(ValueError, match="dataset, metric, value, tolerance"):
         verify_results(cfg, results)
+
+
+def test_parse_csv_format_reads_back_the_last_printed_results(caplog):
+    caplog.set_level(logging.INFO, logger="reid_engine.evaluation.evaluator")
+    print_csv_format({"Market1501": {"Rank-1": 90.0, "mAP": 70.0}})
+    print_csv_format({"DukeMTMC": {"Rank-1": 88.0, "mAP": 77.25}, "MSMT17": {"Rank-1": 70.5, "mAP": 40.125}})
+    assert parse_csv_format(caplog.text) == {"DukeMTMC": {"Rank-1": 88.0, "mAP": 77.25},
+                                             "MSMT17": {"Rank-1": 70.5, "mAP": 40.125}}
+    assert parse_csv_format("no results here") == {}

@@ -19,36 +19,16 @@ Examples:
 """
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
 from typing import Dict, List, Optional
 
+from reid_engine.evaluation import parse_csv_format
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STUDENT = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
 METRICS = ("Rank-1", "mAP", "mINP")
-
-
-def final_metrics(log_text: str) -> Dict[str, float]:
-    """The last evaluation of a run's log (its `copypaste:` header and value lines) as {name: value}.
-
-    Args:
-        log_text: the text of a run's log.txt.
-
-    Returns:
-        dict: metric name -> value; empty when the log holds no evaluation.
-    """
-    names, values = None, None
-    for line in log_text.splitlines():
-        if "copypaste:" not in line:
-            continue
-        fields = [x.strip() for x in line.split("copypaste:", 1)[1].split(",")]
-        if fields[0] == "Dataset":
-            names = fields[1:]
-        elif names is not None and re.fullmatch(r"[-\d.]+", fields[-1] or ""):
-            values = [float(x) for x in fields[1:]]
-    return dict(zip(names, values)) if names and values else {}
 
 
 def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[str, float]:
@@ -65,7 +45,8 @@ def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[s
         print(proc.stderr[-3000:], file=sys.stderr)
         sys.exit(f"{name} failed with exit code {proc.returncode}; its log is {out}/log.txt")
     with open(os.path.join(out, "log.txt"), encoding="utf-8") as f:
-        metrics = final_metrics(f.read())
+        results = parse_csv_format(f.read())
+    metrics = next(iter(results.values()), {})
     print(f"    done in {seconds / 60:.1f} min: " + ", ".join(f"{k} {metrics.get(k, float('nan')):.1f}" for k in METRICS),
           flush=True)
     return {**metrics, "seconds": seconds}
