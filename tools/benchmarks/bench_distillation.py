@@ -83,8 +83,8 @@ def main(argv: Optional[List[str]] = None) -> None:
           "KD.MODEL_WEIGHTS", f"('{teacher_weights}',)"]
     results["student_kd"] = run_job("student_kd", args.student, common + kd, args.output)
 
-    print(f"\nstudent: {os.path.relpath(args.student, REPO)}; teacher: DEPTH {args.teacher_depth}"
-          + (f" ({teacher_weights})" if args.teacher_weights else "") + f"; overrides: {' '.join(common)}")
+    teacher = f"{teacher_weights} (config {teacher_config})" if args.teacher_weights else f"DEPTH {args.teacher_depth}"
+    print(f"\nstudent: {os.path.relpath(args.student, REPO)}; teacher: {teacher}; overrides: {' '.join(common)}")
     print("| model | " + " | ".join(METRICS) + " | wall (min) |")
     print("|---|" + "---:|" * (len(METRICS) + 1))
     labels = {"teacher": "teacher", "student": "student alone", "student_kd": "student + teacher (loss_jsdiv)"}
