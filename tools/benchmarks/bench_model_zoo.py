@@ -54,7 +54,7 @@ DEFAULT_TIMED = {
     "resnet-18x", "resnet-50x", "resnet-50x+ibn", "resnest-50x", "resnext-101x+ibn", "osnet-x1_0",
     "osnet-x1_0+ibn", "osnet-x0_25", "osnet-ain_x1_0", "mobilenetv2-1.0x", "mobilenetv3-Large",
     "mobilenetv3-Small", "shufflenetv2-1.0x", "regnet-800y", "regnet-1600x", "effnet-b0", "repvgg-A0",
-    "repvgg-B1g2",
+    "repvgg-B1g2", "vit-small", "vit-base",
 }
 HEIGHT, WIDTH = 256, 128
 NUM_CLASSES = 751
