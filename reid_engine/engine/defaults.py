@@ -108,7 +108,7 @@ class DefaultTrainer(TrainerBase):
         # scaler, hook states, RNG, data stream, event histories) is one checkpointable.
         # A distillation model keeps its teachers (and EMA state) out of its state_dict, so the
         # student's files load into a plain Baseline; they are checkpointed beside it.
-        teachers = getattr(_unwrap(model), "teacher_state", None)
+        teachers = getattr(comm.unwrap_model(model), "teacher_state", None)
         extra = {"teachers": teachers} if teachers is not None else {}
         self.checkpointer = Checkpointer(model, cfg.OUTPUT_DIR, trainer=weakref.proxy(self), **extra)
         self.start_iter = 0
@@ -213,7 +213,7 @@ class DefaultTrainer(TrainerBase):
         cfg.defrost()
         ipe = self.iters_per_epoch
         ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler()]
-        if getattr(_unwrap(self.model), "has_ema_teacher", False):
+        if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 
         if cfg.TEST.PRECISE_BN.ENABLED:
@@ -390,11 +390,6 @@ class DefaultTrainer(TrainerBase):
         if frozen:
             cfg.freeze()
         return cfg
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    """The module inside a DistributedDataParallel wrapper (or the model itself)."""
-    return model.module if isinstance(model, DistributedDataParallel) else model
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

@@ -410,8 +410,7 @@ def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch
     Args:
         dtype: "auto" (bfloat16 on the CPU and on CUDA devices of compute capability 8 or
             more, else float16; AMPTrainer skips autocast on CPUs without native bfloat16),
-            a name (bfloat16, bf16,
-            float16, fp16, half) or a torch dtype.
+            a name (bfloat16, bf16, float16, fp16, half) or a torch dtype.
         device_type: "cpu" or "cuda".
 
     Returns:

@@ -25,6 +25,7 @@ __all__ = [
     "create_local_process_group",
     "object_collective_group",
     "destroy_process_group",
+    "unwrap_model",
 ]
 
 # Group of the workers on this machine; set by `create_local_process_group`, which
@@ -224,3 +225,16 @@ def reduce_dict(input_dict: Dict[str, torch.Tensor], average: bool = True) -> Di
         if average:
             values = values / world_size
     return dict(zip(names, values))
+
+
+def unwrap_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The module inside a DataParallel / DistributedDataParallel wrapper, or the model itself.
+
+    Args:
+        model: a model, wrapped or not.
+
+    Returns:
+        the unwrapped module.
+    """
+    wrappers = (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)
+    return model.module if isinstance(model, wrappers) else model

@@ -118,10 +118,11 @@ def require_checkpoint_file(path: str) -> None:
 def _is_npz(path: str) -> bool:
     """True for a NumPy archive: a zip whose members are all ``.npy`` arrays (a torch.save
     zip holds a ``data.pkl`` instead)."""
-    if not zipfile.is_zipfile(path):
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except zipfile.BadZipFile:  # not a zip: a legacy torch.save file, or not a weights file
         return False
-    with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
     return bool(names) and all(name.endswith(".npy") for name in names)
 
 

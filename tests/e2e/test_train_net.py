@@ -165,7 +165,7 @@ def test_amp_bfloat16_on_cpu(data_root, tmp_path):
     proc = run_cli(tiny_args(data_root, tmp_path / "amp", "SOLVER.AMP.ENABLED", "True", "SOLVER.AMP.DTYPE", "bfloat16",
                              "SOLVER.MAX_EPOCH", "1", "TEST.EVAL_PERIOD", "5", "INPUT.SIZE_TRAIN", "[32, 16]",
                              "INPUT.SIZE_TEST", "[32, 16]", "MODEL.BACKBONE.NAME", "build_osnet_backbone",
-                             "MODEL.BACKBONE.DEPTH", "x0_25", "MODEL.BACKBONE.FEAT_DIM", "128"))
+                             "MODEL.BACKBONE.DEPTH", "x0_25"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = open(tmp_path / "amp" / "log.txt").read()
     assert "AMP: autocast to bfloat16 on cpu" in log

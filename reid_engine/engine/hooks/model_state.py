@@ -6,15 +6,11 @@ from typing import Iterable, Sequence
 from fvcore.nn.precise_bn import get_bn_modules, update_bn_stats
 from torch import nn
 
+from ...utils.comm import unwrap_model
 from ...utils.events import EventStorage
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
-
-
-def _unwrap(model: nn.Module) -> nn.Module:
-    """The module inside a DataParallel/DDP wrapper (or the model itself)."""
-    return model.module if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) else model
 
 
 class PreciseBN(HookBase):
@@ -91,7 +87,7 @@ class LayerFreeze(HookBase):
         self.model = model
         self.freeze_layers = [p.strip(".") for p in freeze_layers]
         self.freeze_iters = int(freeze_iters)
-        inner = _unwrap(model)
+        inner = unwrap_model(model)
         self._modules = [m for n, m in inner.named_modules() if n and _matches_prefix(n, self.freeze_layers)]
         self._params = [p for n, p in inner.named_parameters() if _matches_prefix(n, self.freeze_layers)]
         unknown = [p for p in self.freeze_layers
@@ -143,7 +139,7 @@ class EMATeacher(HookBase):
         Args:
             model: the model (DDP-wrapped or not).
         """
-        self._model = _unwrap(model)
+        self._model = unwrap_model(model)
 
     def after_step(self):
         self._model.update_ema_teacher()
