@@ -1,5 +1,5 @@
 """Distiller: the JS-divergence term, frozen teachers, the EMA teacher, checkpoints and errors
-(tiny ResNet-18 teacher and student at 64x32, CPU)."""
+(tiny ResNet-18 teacher and student at 64x32, and tiny ViTs with a camera embedding; CPU)."""
 import logging
 import os
 
@@ -8,10 +8,14 @@ import torch
 
 from reid_engine.config import ConfigError, get_cfg
 from reid_engine.modeling import build_model
+from reid_engine.modeling.heads.build import build_heads
+from reid_engine.modeling.losses.build import build_losses
 from reid_engine.modeling.meta_arch import Baseline, Distiller
-from reid_engine.modeling.meta_arch.distiller import KD_LOSS_NAME, KD_TEMPERATURE, jsdiv_loss
+from reid_engine.modeling.meta_arch.distiller import KD_LOSS_NAME, KD_TEMPERATURE, TeacherSet, jsdiv_loss
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.conftest import REPO_ROOT
+
+from .test_vit import tiny
 
 TINY_CONFIG = os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml")
 NUM_CLASSES = 6
@@ -89,6 +93,35 @@ def test_distiller_loss_is_the_mean_js_divergence_to_eval_mode_teachers(teacher_
     expected = jsdiv_loss(student_logits, teacher_logits)  # two equal teachers: their mean
     assert losses[KD_LOSS_NAME].item() == pytest.approx(expected.item(), rel=1e-5)
     assert losses[KD_LOSS_NAME].item() > 0
+
+
+def test_vit_student_and_teacher_with_sie_get_the_batch_camids():
+    """With a camera embedding, student and teacher see the batch's "camids" (through
+    run_backbone), so the distillation term depends on them."""
+    cfg = get_cfg()
+    cfg.MODEL.HEADS.NUM_CLASSES = NUM_CLASSES
+    cfg.MODEL.HEADS.POOL_LAYER = "Identity"
+
+    def vit_baseline(seed, **kwargs):
+        parts = dict(backbone=tiny(num_cameras=3, sie_coe=3.0), heads=build_heads(cfg, 64))
+        torch.manual_seed(seed)
+        with torch.no_grad():  # far from the near-zero initial classifier and camera embedding
+            for part in parts.values():
+                for parameter in part.parameters():
+                    parameter.normal_(0, 0.3)
+        return dict(pixel_mean=list(cfg.MODEL.PIXEL_MEAN), pixel_std=list(cfg.MODEL.PIXEL_STD), **parts, **kwargs)
+
+    teacher = Baseline(**vit_baseline(1)).eval()
+    model = Distiller(teachers=TeacherSet([teacher]), **vit_baseline(2, loss_fn=build_losses(cfg))).train()
+    batch = {**_batch(size=4), "camids": torch.tensor([0, 1, 2, 0])}
+    losses = model(batch)
+    images = model.preprocess_image(batch)
+    with torch.no_grad():
+        taught = teacher.heads.class_logits(teacher.backbone(images, camids=batch["camids"]))
+    student = model.heads(model.backbone(images, camids=batch["camids"]), batch["targets"])["pred_class_logits"]
+    assert losses[KD_LOSS_NAME].item() == pytest.approx(jsdiv_loss(student, taught).item(), rel=1e-5)
+    other_cameras = model({**batch, "camids": torch.tensor([2, 2, 1, 1])})
+    assert abs(other_cameras[KD_LOSS_NAME].item() - losses[KD_LOSS_NAME].item()) > 1e-6
 
 
 def test_teachers_are_frozen_in_eval_mode_and_outside_the_state_dict(teacher_files):

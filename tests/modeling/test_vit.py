@@ -272,17 +272,27 @@ def test_bad_options_are_one_line_config_errors(key, value, match):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_autocast_forward_backward(dtype):
-    if dtype is torch.float16 and not torch.cuda.is_available():
-        pytest.skip("fp16 autocast needs CUDA here")
+def test_autocast_step_with_gradient_scaling(dtype):
+    """A training step of a ViT with SIE and a position resize (64x32 weights, 80x48 input) under
+    autocast, with a GradScaler for float16 as AMPTrainer does. CUDA where present; else the CPU,
+    whose autocast also computes float16 (the same dtype rules, other kernels)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = tiny(num_cameras=2, sie_coe=3.0).to(device).train()
+    model = tiny(num_cameras=2, sie_coe=3.0, drop_path=0.1).to(device).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(device, enabled=dtype is torch.float16)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
     with torch.autocast(device, dtype=dtype):
-        out = model(torch.randn(2, 3, 64, 32, device=device), camids=torch.tensor([0, 1], device=device))
-    # (the final LayerNorm is one of autocast's float32 ops, so the output is float32)
+        x = F.interpolate(torch.randn(2, 3, 64, 32, device=device), size=(80, 48))
+        out = model(x, camids=torch.tensor([0, 1], device=device))
     assert torch.isfinite(out).all()
-    out.float().sum().backward()
+    scaler.scale(out.float().square().mean()).backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    scaler.step(optimizer)
+    scaler.update()
+    if dtype is torch.float16:
+        assert scaler.get_scale() == 2.0 ** 16  # no overflow: the step was taken, the scale kept
+    moved = [name for name, p in model.named_parameters() if not torch.equal(p, before[name])]
+    assert {"patch_embed.proj.weight", "pos_embed", "cls_token", "sie_embed"} <= set(moved)
 
 
 def test_tiny_vit_trains_on_the_smoke_config(data_root):

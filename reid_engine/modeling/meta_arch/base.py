@@ -1,5 +1,5 @@
 """What every meta architecture shares: pixel statistics, input checks, the training batch."""
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -72,10 +72,13 @@ class ReidModelBase(nn.Module):
             images = images.contiguous(memory_format=torch.channels_last)
         return images
 
-    def run_backbone(self, backbone: nn.Module, batch: Batch) -> torch.Tensor:
+    def run_backbone(self, backbone: nn.Module, batch: Batch,
+                     images: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Normalised images through `backbone`; a backbone with ``takes_camids = True`` (e.g.
-        a ViT with a camera embedding) also gets the batch's "camids" (None for a bare tensor)."""
-        images = self.preprocess_image(batch)
+        a ViT with a camera embedding) also gets the batch's "camids" (None for a bare tensor).
+        `images`: the batch already through `preprocess_image`, when several backbones share it."""
+        if images is None:
+            images = self.preprocess_image(batch)
         if not getattr(backbone, "takes_camids", False):
             return backbone(images)
         camids = batch.get("camids") if isinstance(batch, Mapping) else None

@@ -13,7 +13,7 @@ them separately through `teacher_state` (weights, EMA state), so --resume is exa
 import copy
 import logging
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -213,10 +213,11 @@ class TeacherSet(nn.Module):
                 value.copy_(source[name])
         self.ema_initialized = True
 
-    def logits(self, images: torch.Tensor) -> List[torch.Tensor]:
-        """Each teacher's class logits of normalised `images` (no gradients)."""
+    def logits(self, run_backbone: Callable[[nn.Module], torch.Tensor]) -> List[torch.Tensor]:
+        """Each teacher's class logits (no gradients); `run_backbone(backbone)` gives a backbone's
+        features of the batch (the student's normalised images, plus camera ids where taken)."""
         with torch.no_grad():
-            return [model.heads.class_logits(model.backbone(images)) for model in self.models]
+            return [model.heads.class_logits(run_backbone(model.backbone)) for model in self.models]
 
 
 @META_ARCH_REGISTRY.register()
@@ -287,11 +288,13 @@ class Distiller(Baseline):
             return super().forward(batch)
         if self.teacher_set.has_ema and not self.teacher_set.ema_initialized:
             self.update_ema_teacher()  # the first step: the EMA teacher starts as the student
+        # One normalisation for student and teachers, as in fast-reid (the teachers' own
+        # PIXEL_MEAN / PIXEL_STD are not applied).
         images = self.preprocess_image(batch)
         targets = self.training_targets(batch, self.loss_fn)
-        outputs = self.heads(self.backbone(images), targets)
+        outputs = self.heads(self.run_backbone(self.backbone, batch, images), targets)
         losses = self.loss_fn(outputs, targets)
-        teacher_logits = self.teacher_set.logits(images)
+        teacher_logits = self.teacher_set.logits(lambda backbone: self.run_backbone(backbone, batch, images))
         student_logits = outputs["pred_class_logits"]
         losses[KD_LOSS_NAME] = sum(jsdiv_loss(student_logits, t) for t in teacher_logits) / len(teacher_logits)
         return losses
