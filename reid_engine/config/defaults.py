@@ -52,6 +52,16 @@ _C.MODEL.BACKBONE.DROP_PATH_RATIO = 0.1  # stochastic depth of the last block (l
 _C.MODEL.BACKBONE.SIE_COE = 3.0
 _C.MODEL.BACKBONE.NUM_CAMERAS = 0
 
+# (ours) TransReID's jigsaw patch module (MODEL.META_ARCHITECTURE TransReID, a ViT backbone):
+# NUM_PARTS local features, each from a group of the patch tokens (after a shift by
+# SHIFT_NUM - 1 and a shuffle over SHUFFLE_GROUPS interleaved runs when REARRANGE) behind the
+# class token through a copy of the ViT's last block. TransReID's values.
+_C.MODEL.JPM = CN()
+_C.MODEL.JPM.NUM_PARTS = 4
+_C.MODEL.JPM.SHIFT_NUM = 5
+_C.MODEL.JPM.SHUFFLE_GROUPS = 2
+_C.MODEL.JPM.REARRANGE = True
+
 _C.MODEL.HEADS = CN()
 _C.MODEL.HEADS.NAME = "EmbeddingHead"
 _C.MODEL.HEADS.NORM = "BN"

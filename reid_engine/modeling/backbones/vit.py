@@ -4,6 +4,7 @@ embedding), in the key layout of fast-reid's ``build_vit_backbone`` (timm's name
 The backbone returns the final-normed class token as a (B, C, 1, 1) map, so the head runs
 with POOL_LAYER Identity.
 """
+import copy
 import logging
 import math
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from ...utils.registry import lookup
 from .build import BACKBONE_REGISTRY, check_backbone_options
 from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
 
-__all__ = ["VIT_DEPTHS", "ViTSpec", "VisionTransformer", "build_vit_backbone", "patch_grid", "resize_pos_grid"]
+__all__ = ["VIT_DEPTHS", "LastBlockCopy", "ViTSpec", "VisionTransformer", "build_vit_backbone", "patch_grid",
+           "resize_pos_grid"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +166,16 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
+def _norm_and_bias_names(model: nn.Module) -> Set[str]:
+    """Names of the LayerNorm parameters and biases of `model` (trained without weight decay)."""
+    names = set()
+    for name, module in model.named_modules():
+        for param_name, _ in module.named_parameters(recurse=False):
+            if isinstance(module, nn.LayerNorm) or param_name == "bias":
+                names.add(f"{name}.{param_name}" if name else param_name)
+    return names
+
+
 class VisionTransformer(nn.Module):
     """ViT over a token grid fixed by the training size; other input sizes interpolate the
     position embeddings bilinearly at run time.
@@ -221,11 +233,7 @@ class VisionTransformer(nn.Module):
         """Names of the parameters trained without weight decay (read by the solver):
         tokens, positions, the camera embedding, every LayerNorm and every bias."""
         names = {"cls_token", "pos_embed"} | ({"sie_embed"} if self.sie_embed is not None else set())
-        for name, module in self.named_modules():
-            for param_name, _ in module.named_parameters(recurse=False):
-                if isinstance(module, nn.LayerNorm) or param_name == "bias":
-                    names.add(f"{name}.{param_name}")
-        return names
+        return names | _norm_and_bias_names(self)
 
     def layer_ids(self) -> Tuple[Dict[str, int], int]:
         """Layer index of every parameter for layer-wise LR decay (read by the solver):
@@ -254,6 +262,11 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: Tensor, camids: Optional[Tensor] = None) -> Tensor:
         """Images (B, 3, H, W) [and camera ids (B,)] -> class token (B, C, 1, 1)."""
+        return self.norm(self.forward_tokens(x, camids))[:, 0].reshape(x.shape[0], -1, 1, 1)
+
+    def forward_tokens(self, x: Tensor, camids: Optional[Tensor] = None, skip_last: int = 0) -> Tensor:
+        """Images (B, 3, H, W) [and camera ids (B,)] -> tokens (B, 1 + h*w, C), class token
+        first, after all blocks but the last `skip_last` and before the final norm."""
         grid = patch_grid(x.shape[-2:], self.stride)
         tokens = self.patch_embed(x)
         tokens = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), tokens], dim=1)
@@ -264,9 +277,38 @@ class VisionTransformer(nn.Module):
                                  "e.g. a batch dict with 'camids'")
             tokens = tokens + self.sie_coe * self.sie_embed[camids.to(x.device).long()]
         tokens = self.pos_drop(tokens)
-        for block in self.blocks:
+        for block in self.blocks[:len(self.blocks) - skip_last]:
             tokens = block(tokens)
-        return self.norm(tokens)[:, 0].reshape(x.shape[0], -1, 1, 1)
+        return tokens
+
+
+class LastBlockCopy(nn.Module):
+    """A copy of a ViT's last block and final norm (TransReID's local branch of the jigsaw
+    patch module). It declares the ViT's solver recipe for its parameters: no weight decay on
+    norms and biases; for layer-wise LR decay the block is layer `depth`, the norm `depth + 1`.
+
+    Args:
+        vit: the VisionTransformer to copy from (its current weights).
+    """
+
+    def __init__(self, vit: VisionTransformer):
+        super().__init__()
+        self.block = copy.deepcopy(vit.blocks[-1])
+        self.norm = copy.deepcopy(vit.norm)
+        self.depth = len(vit.blocks)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """Tokens (B, 1 + n, C) -> the normed class token (B, C, 1, 1)."""
+        return self.norm(self.block(tokens))[:, 0].reshape(tokens.shape[0], -1, 1, 1)
+
+    def no_weight_decay(self) -> Set[str]:
+        """Its LayerNorm parameters and biases (read by the solver)."""
+        return _norm_and_bias_names(self)
+
+    def layer_ids(self) -> Tuple[Dict[str, int], int]:
+        """(name -> layer id as in the ViT, number of layers = depth + 2)."""
+        return ({name: self.depth + 1 if name.startswith("norm.") else self.depth
+                 for name, _ in self.named_parameters()}, self.depth + 2)
 
 
 def _check_config(cfg) -> ViTSpec:

@@ -10,7 +10,7 @@ from ..backbones.build import BACKBONE_REGISTRY
 from ..heads.build import HEADS_REGISTRY
 from ..losses.build import check_loss_names
 
-__all__ = ["ReidModelBase", "check_parts_config"]
+__all__ = ["ReidModelBase", "check_parts_config", "require_backbone"]
 
 Batch = Union[Mapping[str, torch.Tensor], torch.Tensor]
 
@@ -20,6 +20,16 @@ def check_parts_config(cfg) -> None:
     BACKBONE_REGISTRY.check_config(cfg)
     HEADS_REGISTRY.check_config(cfg)
     check_loss_names(cfg)
+
+
+def require_backbone(cfg, names: Sequence[str], architecture: str, reason: str) -> None:
+    """Check that MODEL.BACKBONE.NAME is registered and one of `names`, which a meta
+    architecture needs for `reason` (e.g. "splits a ResNet's layer3 and layer4")."""
+    name = cfg.MODEL.BACKBONE.NAME
+    BACKBONE_REGISTRY.get(name)  # an unknown name: the registry's "did you mean" error
+    if name not in names:
+        raise ConfigError(f"MODEL.BACKBONE.NAME is {name}, but {architecture} {reason}; set it to "
+                          f"{' or '.join(names)} or use MODEL.META_ARCHITECTURE Baseline")
 
 
 class ReidModelBase(nn.Module):
@@ -81,8 +91,12 @@ class ReidModelBase(nn.Module):
             images = self.preprocess_image(batch)
         if not getattr(backbone, "takes_camids", False):
             return backbone(images)
+        return backbone(images, camids=self.batch_camids(batch))
+
+    def batch_camids(self, batch: Batch) -> Optional[torch.Tensor]:
+        """The batch's (B,) "camids" on the model's device, or None (none given, or a bare tensor)."""
         camids = batch.get("camids") if isinstance(batch, Mapping) else None
-        return backbone(images, camids=None if camids is None else camids.to(self.device, non_blocking=True))
+        return None if camids is None else camids.to(self.device, non_blocking=True)
 
     def training_targets(self, batch: Batch, loss_fn) -> torch.Tensor:
         """The batch's (B,) class ids on the model's device, after checking that the model

@@ -16,10 +16,10 @@ from torch import nn
 
 from reid_engine.config import ConfigError
 
-from ..backbones.build import BACKBONE_REGISTRY, build_backbone
+from ..backbones.build import build_backbone
 from ..heads.build import build_heads
 from ..losses.build import LossSet, ReidLoss, build_losses
-from .base import ReidModelBase, check_parts_config
+from .base import ReidModelBase, check_parts_config, require_backbone
 from .build import META_ARCH_REGISTRY
 
 __all__ = ["MGN", "MGNLosses", "horizontal_stripes", "stride_one_copy", "MGN_HEADS", "MGN_STRIPES", "MGN_TEST_ORDER"]
@@ -139,11 +139,7 @@ def check_mgn_config(cfg) -> None:
     """Check that the backbone is a ResNet MGN can split (no non-local blocks), then the
     backbone, head and loss values, building nothing."""
     opts = cfg.MODEL.BACKBONE
-    BACKBONE_REGISTRY.get(opts.NAME)  # an unknown name: the registry's "did you mean" error
-    if opts.NAME not in _SPLITTABLE_BACKBONES:
-        raise ConfigError(f"MODEL.BACKBONE.NAME is {opts.NAME}, but MGN splits a ResNet's layer3 and layer4 "
-                          f"into its branches; set it to {' or '.join(_SPLITTABLE_BACKBONES)} or use "
-                          "MODEL.META_ARCHITECTURE Baseline")
+    require_backbone(cfg, _SPLITTABLE_BACKBONES, "MGN", "splits a ResNet's layer3 and layer4 into its branches")
     if opts.WITH_NL:
         raise ConfigError("MODEL.BACKBONE.WITH_NL is True, but MGN's trunk and branches have no non-local "
                           "blocks; set MODEL.BACKBONE.WITH_NL False (as Base-MGN.yml does)")

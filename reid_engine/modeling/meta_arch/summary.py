@@ -22,7 +22,8 @@ def count_flops(model: nn.Module, image_size: Sequence[int]) -> int:
     (build_model counts on the CPU, before moving the model to the training device).
 
     Args:
-        model: a meta architecture: its eval forward maps images (B, 3, H, W) to features.
+        model: a meta architecture: its eval forward maps a batch dict ("images" (B, 3, H, W),
+            "camids" (B,)) to features.
         image_size: (height, width).
 
     Returns:
@@ -33,12 +34,14 @@ def count_flops(model: nn.Module, image_size: Sequence[int]) -> int:
     model.eval()
     try:
         image = torch.zeros(1, 3, int(image_size[0]), int(image_size[1]), device=device)
+        # a batch dict: a backbone with a camera embedding also needs camera ids
+        batch = {"images": image, "camids": torch.zeros(1, dtype=torch.long, device=device)}
         # fvcore traces with torch.jit, which warns about its own deprecation.
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from fvcore.nn import FlopCountAnalysis  # only needed here; its import warns too
 
-            analysis = FlopCountAnalysis(model, (image,))
+            analysis = FlopCountAnalysis(model, (batch,))
             analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             analysis.tracer_warnings("none")
             return int(analysis.total())
