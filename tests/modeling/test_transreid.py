@@ -140,6 +140,9 @@ def test_copied_block_follows_the_vit_solver_recipe():
     ("MODEL.JPM.NUM_PARTS", 0, "MODEL.JPM.NUM_PARTS must be an int >= 1"),
     ("MODEL.JPM.SHUFFLE_GROUPS", 0, "MODEL.JPM.SHUFFLE_GROUPS"),
     ("MODEL.HEADS.POOL_LAYER", "GlobalAvgPool", "set it to Identity"),
+    # 256x128 at stride 16: 128 patch tokens; neither 128 nor 129 is a multiple of 5
+    ("MODEL.JPM.SHUFFLE_GROUPS", 5, r"128 patch tokens \(INPUT.SIZE_TRAIN \[256, 128\]\) cannot be shuffled into 5"),
+    ("INPUT.SIZE_TEST", [16, 16], r"1 patch tokens \(INPUT.SIZE_TEST \[16, 16\]\) cannot make 4 parts"),
 ])
 def test_config_errors_name_the_key(key, value, match):
     cfg = _cfg()
@@ -174,8 +177,7 @@ def test_tiny_transreid_trains_and_evaluates_through_default_trainer(tmp_path, d
     trainer.resume_or_load(resume=False)
     trainer.train()
     assert any(not torch.equal(before[k], v) for k, v in model.local_branch.state_dict().items())
-    results = trainer.test(trainer.cfg, model)
-    metrics = next(iter(results.values()))
+    metrics = next(iter(trainer._last_eval_results.values()))  # the final evaluation of the run
     assert 0.0 <= metrics["mAP"] <= 100.0 and math.isfinite(metrics["Rank-1"])
     model.eval()
     with torch.no_grad():

@@ -166,6 +166,11 @@ class PatchEmbed(nn.Module):
         return self.proj(x).flatten(2).transpose(1, 2)
 
 
+def _class_token_map(tokens: Tensor) -> Tensor:
+    """The class token of (B, 1 + n, C) tokens as a (B, C, 1, 1) map (the head's input)."""
+    return tokens[:, 0].reshape(tokens.shape[0], -1, 1, 1)
+
+
 def _norm_and_bias_names(model: nn.Module) -> Set[str]:
     """Names of the LayerNorm parameters and biases of `model` (trained without weight decay)."""
     names = set()
@@ -262,7 +267,7 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: Tensor, camids: Optional[Tensor] = None) -> Tensor:
         """Images (B, 3, H, W) [and camera ids (B,)] -> class token (B, C, 1, 1)."""
-        return self.norm(self.forward_tokens(x, camids))[:, 0].reshape(x.shape[0], -1, 1, 1)
+        return _class_token_map(self.norm(self.forward_tokens(x, camids)))
 
     def forward_tokens(self, x: Tensor, camids: Optional[Tensor] = None, skip_last: int = 0) -> Tensor:
         """Images (B, 3, H, W) [and camera ids (B,)] -> tokens (B, 1 + h*w, C), class token
@@ -280,6 +285,11 @@ class VisionTransformer(nn.Module):
         for block in self.blocks[:len(self.blocks) - skip_last]:
             tokens = block(tokens)
         return tokens
+
+    def last_block_feature(self, tokens: Tensor) -> Tensor:
+        """Tokens from ``forward_tokens(..., skip_last=1)`` -> the class token (B, C, 1, 1) after
+        the last block and the final norm (what ``forward`` returns)."""
+        return _class_token_map(self.norm(self.blocks[-1](tokens)))
 
 
 class LastBlockCopy(nn.Module):
@@ -299,7 +309,7 @@ class LastBlockCopy(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Tokens (B, 1 + n, C) -> the normed class token (B, C, 1, 1)."""
-        return self.norm(self.block(tokens))[:, 0].reshape(tokens.shape[0], -1, 1, 1)
+        return _class_token_map(self.norm(self.block(tokens)))
 
     def no_weight_decay(self) -> Set[str]:
         """Its LayerNorm parameters and biases (read by the solver)."""

@@ -21,7 +21,7 @@ from torch import nn
 from reid_engine.config import ConfigError
 
 from ..backbones.build import build_backbone
-from ..backbones.vit import LastBlockCopy
+from ..backbones.vit import PATCH_SIZE, LastBlockCopy, patch_grid
 from ..heads.build import build_heads
 from ..losses.build import LossSet, ReidLoss, build_losses
 from .base import ReidModelBase, check_parts_config, require_backbone
@@ -50,13 +50,11 @@ def jigsaw_rearrange(patches: torch.Tensor, shift: int, groups: int) -> torch.Te
     """
     rolled = torch.roll(patches, shifts=-(shift - 1), dims=1)
     batch, length, dim = rolled.shape
+    _check_token_count(length, 1, groups, ValueError)
     if length % groups:
         # TransReID's fallback pads one token (enough for its 2 groups).
         rolled = torch.cat([rolled, rolled[:, -2:-1]], dim=1)
         length += 1
-        if length % groups:
-            raise ValueError(f"{length - 1} patch tokens cannot be shuffled into {groups} groups "
-                             "(MODEL.JPM.SHUFFLE_GROUPS)")
     return rolled.view(batch, groups, length // groups, dim).transpose(1, 2).reshape(batch, length, dim)
 
 
@@ -95,6 +93,18 @@ class JPMLosses:
         return f"JPMLosses({', '.join(repr(loss) for loss in self.losses)})"
 
 
+def _check_token_count(num_patches: int, num_parts: int, groups: int, error: type = ConfigError,
+                       where: str = "") -> None:
+    """Raise `error` unless `num_patches` patch tokens make `num_parts` parts and can be shuffled
+    into `groups` runs (a multiple of `groups`, or one short of it: TransReID pads one token)."""
+    if num_patches < num_parts:
+        raise error(f"{num_patches} patch tokens{where} cannot make {num_parts} parts (MODEL.JPM.NUM_PARTS); "
+                    "use a larger input or a smaller MODEL.BACKBONE.STRIDE_SIZE")
+    if num_patches % groups and (num_patches + 1) % groups:
+        raise error(f"{num_patches} patch tokens{where} cannot be shuffled into {groups} groups "
+                    "(MODEL.JPM.SHUFFLE_GROUPS); use a count that divides them (TransReID: 2)")
+
+
 def check_jpm_config(cfg) -> None:
     """Check that the backbone is a ViT and the MODEL.JPM values, then the parts' values."""
     require_backbone(cfg, _VIT_BACKBONES, "TransReID", "copies a ViT's last block for the jigsaw patch module")
@@ -104,6 +114,14 @@ def check_jpm_config(cfg) -> None:
         if not isinstance(value, int) or value < low:
             raise ConfigError(f"MODEL.JPM.{key} must be an int >= {low}, got {value!r} (TransReID: NUM_PARTS 4, "
                               "SHIFT_NUM 5, SHUFFLE_GROUPS 2)")
+    stride = tuple(cfg.MODEL.BACKBONE.STRIDE_SIZE)
+    if len(stride) == 2 and all(isinstance(v, int) and v > 0 for v in stride):  # else the ViT's check names it
+        for key in ("SIZE_TRAIN", "SIZE_TEST"):
+            size = tuple(getattr(cfg.INPUT, key))
+            if len(size) == 2 and min(size) >= PATCH_SIZE:
+                grid = patch_grid(size, stride)
+                _check_token_count(grid[0] * grid[1], jpm.NUM_PARTS, jpm.SHUFFLE_GROUPS if jpm.REARRANGE else 1,
+                                   where=f" (INPUT.{key} {list(size)})")
     if cfg.MODEL.HEADS.POOL_LAYER != "Identity":
         raise ConfigError(f"MODEL.HEADS.POOL_LAYER is {cfg.MODEL.HEADS.POOL_LAYER}, but TransReID's heads take "
                           "class tokens; set it to Identity")
@@ -156,11 +174,9 @@ class TransReID(ReidModelBase):
         """The global feature map, then each part's, each (B, C, 1, 1)."""
         images = self.preprocess_image(batch)
         tokens = self.backbone.forward_tokens(images, self.batch_camids(batch), skip_last=1)
-        global_map = self.backbone.norm(self.backbone.blocks[-1](tokens))[:, 0].reshape(tokens.shape[0], -1, 1, 1)
+        global_map = self.backbone.last_block_feature(tokens)
         cls_token, patches = tokens[:, :1], tokens[:, 1:]
-        if patches.shape[1] < self.num_parts:
-            raise ValueError(f"{patches.shape[1]} patch tokens cannot make {self.num_parts} parts "
-                             "(MODEL.JPM.NUM_PARTS); use a larger input or a smaller stride")
+        _check_token_count(patches.shape[1], self.num_parts, 1, ValueError)  # jigsaw_rearrange checks the groups
         part_length = patches.shape[1] // self.num_parts  # TransReID drops the remainder
         if self.rearrange:
             patches = jigsaw_rearrange(patches, self.shift, self.groups)
