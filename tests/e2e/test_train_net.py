@@ -59,11 +59,13 @@ def snapshot(folder):
 
 @pytest.fixture(scope="module")
 def finished_run(data_root, tmp_path_factory):
-    """One complete uninterrupted tiny run (reused by several tests)."""
+    """One complete uninterrupted tiny run (reused by several tests); removed with the module,
+    as its checkpoints take several hundred MB."""
     out = tmp_path_factory.mktemp("run") / "out"
     proc = run_cli(tiny_args(data_root, out))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return str(out), proc
+    yield str(out), proc
+    shutil.rmtree(out.parent, ignore_errors=True)
 
 
 def test_run_writes_all_outputs_and_learns_something(finished_run):
@@ -176,10 +178,19 @@ def test_amp_bfloat16_on_cpu(data_root, tmp_path):
 # --------------------------------------------------------------------------- bad input
 @pytest.fixture()
 def populated_out(finished_run, tmp_path):
-    """A copy of a finished run's output folder, to check nothing is lost."""
+    """A copy of a finished run's output folder, to check nothing is lost. Checkpoints are
+    hard links (they are only ever replaced by an atomic rename, never written in place),
+    so each copy costs no disk space; the small text files are real copies."""
     out = tmp_path / "keep"
-    shutil.copytree(finished_run[0], out)
+    shutil.copytree(finished_run[0], out, copy_function=_link_checkpoints_copy_the_rest)
     return out
+
+
+def _link_checkpoints_copy_the_rest(src, dst):
+    if src.endswith(".pth"):
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)
 
 
 USAGE_ERROR, RUN_FAILURE = 2, 1  # exit codes: bad flags / config keys or values; failures of the run
