@@ -38,6 +38,9 @@ _C.MODEL.BACKBONE.NORM = "BN"  # BN, syncBN, GN, FrozenBN
 _C.MODEL.BACKBONE.WITH_IBN = False
 _C.MODEL.BACKBONE.WITH_SE = False
 _C.MODEL.BACKBONE.WITH_NL = False
+# ResNet only: channels of every stage x WIDTH_MULT (0.5 = half width, about a quarter of the
+# FLOPs). Not a fast-reid key; 1.0 is the published ResNet that fast-reid checkpoints fit.
+_C.MODEL.BACKBONE.WIDTH_MULT = 1.0
 _C.MODEL.BACKBONE.PRETRAIN = False
 # Local file with torchvision-format ImageNet weights, or IBN-Net weights.
 _C.MODEL.BACKBONE.PRETRAIN_PATH = ""

@@ -121,6 +121,10 @@ def test_non_local_width_matches_fastreid_checkpoints():
     ({"NORM": "XN"}, "unknown MODEL.BACKBONE.NORM 'XN': choose one of BN, syncBN"),
     # the other registered families are listed too (sorted), so only ResNet's entry is checked
     ({"NAME": "build_vgg"}, "unknown MODEL.BACKBONE.NAME 'build_vgg': choose one of [^;]*build_resnet_backbone"),
+    ({"WIDTH_MULT": 0.1}, "WIDTH_MULT 0.1 gives 6.4 stem channels; choose a multiple of 1/32"),
+    ({"WIDTH_MULT": 0.5, "PRETRAIN": True}, "weights exist for width 1.0 only; set MODEL.BACKBONE.PRETRAIN False"),
+    ({"NAME": "build_osnet_backbone", "DEPTH": "x0_25", "WIDTH_MULT": 0.5},
+     "build_osnet_backbone has no width option .*set it to 1.0"),
 ])
 def test_bad_options_are_clear_errors(opts, message):
     with pytest.raises(ReidUserError, match=message) as caught:
@@ -147,6 +151,20 @@ def test_out_channels_matches_the_output_map(depth):
         out = model(torch.zeros(1, 3, 64, 32))
     assert isinstance(model.out_channels, int)
     assert out.shape[1] == model.out_channels
+
+
+@pytest.mark.parametrize("mult", [0.5, 0.75])
+def test_width_mult_scales_every_stage_and_the_output(mult):
+    model = _backbone("18x", WIDTH_MULT=mult, WITH_IBN=True)
+    full = _backbone("18x", WITH_IBN=True)
+    assert model.conv1.out_channels == round(64 * mult)
+    for stage, planes in enumerate((64, 128, 256, 512), start=1):
+        assert getattr(model, f"layer{stage}")[0].conv2.out_channels == round(planes * mult)
+    assert model.out_channels == round(512 * mult)
+    assert model(_IMAGES).shape == (2, round(512 * mult), *_MAP_SIZE[1])
+    n_params = sum(p.numel() for p in model.parameters())
+    n_full = sum(p.numel() for p in full.parameters())
+    assert n_params / n_full == pytest.approx(mult ** 2, rel=0.02)  # convolutions dominate
 
 
 # ----------------------------------------------------------------------------- pretrained

@@ -30,12 +30,13 @@ _VARIANT_KEYS = ("WITH_IBN", "WITH_NL", "WITH_SE")
 
 
 def check_backbone_options(cfg, supported=()) -> None:
-    """Check MODEL.BACKBONE.LAST_STRIDE and refuse WITH_IBN / WITH_NL / WITH_SE that the
-    backbone named by MODEL.BACKBONE.NAME lacks, building nothing.
+    """Check MODEL.BACKBONE.LAST_STRIDE and refuse WITH_IBN / WITH_NL / WITH_SE / WIDTH_MULT
+    that the backbone named by MODEL.BACKBONE.NAME lacks, building nothing.
 
     Args:
         cfg: the config tree.
-        supported: the variant keys this backbone implements, e.g. ("WITH_IBN",).
+        supported: the variant keys this backbone implements, e.g. ("WITH_IBN",); a
+            backbone without "WIDTH_MULT" accepts only WIDTH_MULT 1.0.
 
     Raises:
         ConfigError: a one-line message naming the key, the backbone and the fix.
@@ -48,3 +49,6 @@ def check_backbone_options(cfg, supported=()) -> None:
             has = ", ".join(supported) if supported else "none of " + "/".join(_VARIANT_KEYS)
             raise ConfigError(f"MODEL.BACKBONE.{key} is True, but {opts.NAME} has no such variant "
                               f"(it has {has}); set {key} False or choose another backbone")
+    if opts.WIDTH_MULT != 1.0 and "WIDTH_MULT" not in supported:
+        raise ConfigError(f"MODEL.BACKBONE.WIDTH_MULT is {opts.WIDTH_MULT}, but {opts.NAME} has no "
+                          f"width option (build_resnet_backbone has); set it to 1.0")

@@ -124,27 +124,29 @@ class ResNet(nn.Module):
             ResNet) leaves layer4 out.
         block_options: extra keyword arguments of every block (e.g. ResNeXt's groups).
         stem_pool: the pooling after the stem; None gives fast-reid's ResNet pooling.
+        base_channels: channels of the stem and of layer1's `planes`; the stages double it
+            (64 is every published ResNet; 32 is a half-width one, a quarter of the FLOPs).
     """
 
     def __init__(self, block: Type[_ResidualBlock], blocks_per_stage: Sequence[int], *,
                  last_stride: int = 1, norm: str = "BN", with_ibn: bool = False,
                  with_se: bool = False, non_local_per_stage: Sequence[int] = (0, 0, 0, 0),
                  ibn_stages: Sequence[int] = (1, 2, 3), block_options: Optional[Mapping[str, Any]] = None,
-                 stem_pool: Optional[nn.Module] = None):
+                 stem_pool: Optional[nn.Module] = None, base_channels: int = 64):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, 64, kernel_size=7, stride=2, padding=3, bias=False)
-        self.bn1 = get_norm(norm, 64)
+        self.conv1 = nn.Conv2d(3, base_channels, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = get_norm(norm, base_channels)
         self.relu = nn.ReLU(inplace=True)
         if stem_pool is None:
             # fast-reid's ResNet stem pooling (no padding, ceil_mode), so its checkpoints see
             # the same windows and map sizes: 256x128 -> 64x32 after the stem.
             stem_pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True)
         self.maxpool = stem_pool
-        inplanes = 64
+        inplanes = base_channels
         stage_channels = []
         strides = (1, 2, 2, last_stride)
         for stage, (planes, count, stride) in enumerate(
-                zip((64, 128, 256, 512), blocks_per_stage, strides), start=1):
+                zip([base_channels * 2 ** i for i in range(4)], blocks_per_stage, strides), start=1):
             stage_ibn = with_ibn and stage in ibn_stages
             layer = self._make_stage(block, inplanes, planes, count, stride, norm, stage_ibn, with_se,
                                      block_options)
@@ -211,22 +213,31 @@ _NON_LOCAL_PER_STAGE = {
 
 
 def check_resnet_config(cfg) -> None:
-    """Check MODEL.BACKBONE.DEPTH (a ResNet depth), NORM and LAST_STRIDE, building nothing."""
+    """Check MODEL.BACKBONE.DEPTH (a ResNet depth), NORM, LAST_STRIDE and WIDTH_MULT, building
+    nothing."""
     lookup(RESNET_DEPTHS, cfg.MODEL.BACKBONE.DEPTH, "MODEL.BACKBONE.DEPTH")
-    check_backbone_options(cfg, ("WITH_IBN", "WITH_NL", "WITH_SE"))
+    check_backbone_options(cfg, ("WITH_IBN", "WITH_NL", "WITH_SE", "WIDTH_MULT"))
     check_choice(cfg.MODEL.BACKBONE.NORM, NORM_NAMES, "MODEL.BACKBONE.NORM")
+    mult = cfg.MODEL.BACKBONE.WIDTH_MULT
+    stem = 64 * mult
+    if not (stem >= 8 and stem == int(stem) and int(stem) % 2 == 0):
+        raise ConfigError(f"MODEL.BACKBONE.WIDTH_MULT {mult} gives {stem:g} stem channels; choose a "
+                          f"multiple of 1/32 from 0.125 up (e.g. 0.5, 0.75, 1.0)")
+    if mult != 1.0 and cfg.MODEL.BACKBONE.PRETRAIN:
+        raise ConfigError(f"MODEL.BACKBONE.WIDTH_MULT {mult}: ImageNet ResNet weights exist for width "
+                          f"1.0 only; set MODEL.BACKBONE.PRETRAIN False or WIDTH_MULT 1.0")
 
 
 @BACKBONE_REGISTRY.register()
 def build_resnet_backbone(cfg) -> ResNet:
     """Build a ResNet from MODEL.BACKBONE.{DEPTH, LAST_STRIDE, NORM, WITH_IBN, WITH_SE,
-    WITH_NL, PRETRAIN, PRETRAIN_PATH}.
+    WITH_NL, WIDTH_MULT, PRETRAIN, PRETRAIN_PATH}.
 
     Args:
         cfg: the config tree.
 
     Returns:
-        ResNet with `out_channels` 512 (18x/34x) or 2048 (50x and deeper).
+        ResNet with `out_channels` 512 (18x/34x) or 2048 (50x and deeper), times WIDTH_MULT.
     """
     opts = cfg.MODEL.BACKBONE
     check_resnet_config(cfg)
@@ -239,7 +250,8 @@ def build_resnet_backbone(cfg) -> ResNet:
         non_local = _NON_LOCAL_PER_STAGE[opts.DEPTH]
     block, blocks_per_stage = RESNET_DEPTHS[opts.DEPTH]
     model = ResNet(block, blocks_per_stage, last_stride=opts.LAST_STRIDE, norm=opts.NORM,
-                   with_ibn=opts.WITH_IBN, with_se=opts.WITH_SE, non_local_per_stage=non_local)
+                   with_ibn=opts.WITH_IBN, with_se=opts.WITH_SE, non_local_per_stage=non_local,
+                   base_channels=round(64 * opts.WIDTH_MULT))
     if opts.PRETRAIN:
         load_imagenet_weights(model, opts.PRETRAIN_PATH, "ResNet")
     return model
