@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import os
+import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -31,7 +32,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CURRENT_STORAGE_STACK: List["EventStorage"] = []
+# Per thread, so that two trainers in two threads (tools/benchmarks/bench_main_job.py) each
+# see their own storage.
+_THREAD_STATE = threading.local()
+
+
+def _storage_stack() -> List["EventStorage"]:
+    """This thread's stack of open EventStorage contexts."""
+    if not hasattr(_THREAD_STATE, "stack"):
+        _THREAD_STATE.stack = []
+    return _THREAD_STATE.stack
 
 # How many values per scalar a checkpoint keeps: enough for every smoothing window in
 # use (writers use 20, the ETA uses up to 1000), small enough to keep checkpoints lean.
@@ -44,12 +54,12 @@ def get_event_storage() -> "EventStorage":
     Raises:
         RuntimeError: when called outside a ``with EventStorage(...)`` block.
     """
-    if not _CURRENT_STORAGE_STACK:
+    if not _storage_stack():
         raise RuntimeError(
             "get_event_storage() called outside an EventStorage: wrap the code in "
             "`with EventStorage(start_iter):` (the trainer opens one during train())"
         )
-    return _CURRENT_STORAGE_STACK[-1]
+    return _storage_stack()[-1]
 
 
 class EventStorage:
@@ -208,13 +218,14 @@ class EventStorage:
             self._current_prefix = old_prefix
 
     def __enter__(self) -> "EventStorage":
-        _CURRENT_STORAGE_STACK.append(self)
+        _storage_stack().append(self)
         return self
 
     def __exit__(self, exc_type, exc_val, exc_tb) -> None:
-        if not _CURRENT_STORAGE_STACK or _CURRENT_STORAGE_STACK[-1] is not self:
+        stack = _storage_stack()
+        if not stack or stack[-1] is not self:
             raise RuntimeError("EventStorage contexts were closed out of order")
-        _CURRENT_STORAGE_STACK.pop()
+        stack.pop()
 
     # ---- checkpointing ------------------------------------------------------------
     def state_dict(self) -> dict:

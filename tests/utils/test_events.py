@@ -4,6 +4,7 @@ import json
 import logging
 import os
 import re
+import threading
 
 import pytest
 import torch
@@ -230,3 +231,31 @@ def test_printer_shows_peak_cuda_memory_for_a_cuda_run(caplog_reid):
     line = _one_printed_line(CommonMetricPrinter(max_iter=10, device="cuda"), caplog_reid)
     assert re.search(r"  max_mem: \d+M$", line), line
     del keep
+
+
+def test_each_thread_sees_its_own_storage():
+    """Two trainers in two threads (bench_main_job.py) open storages that overlap in time."""
+    entered, release = [threading.Event(), threading.Event()], threading.Event()
+    seen, errors = {}, []
+
+    def worker(index):
+        try:
+            with EventStorage(100 * index) as storage:
+                entered[index].set()
+                release.wait(timeout=30)
+                seen[index] = get_event_storage() is storage
+        except Exception as exc:  # re-raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    threads[0].start()
+    entered[0].wait(timeout=30)
+    threads[1].start()
+    entered[1].wait(timeout=30)
+    release.set()  # the first thread leaves its storage while the second's is open
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert seen == {0: True, 1: True}
+    with pytest.raises(RuntimeError, match="outside an EventStorage"):
+        get_event_storage()  # the main thread opened none

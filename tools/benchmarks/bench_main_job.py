@@ -4,7 +4,10 @@
 For each config it measures, on this machine and in the same process run:
 - data generation: seconds to generate the SyntheticReID benchmark (once; both configs use it);
 - the training step: seconds per iteration of the real DefaultTrainer built from the config
-  (loader, model, optimizer, hooks), median over --iters iterations after --warmup;
+  (loader, model, optimizer, hooks), median over --iters iterations after --warmup; the two
+  trainers take turns (in two threads, one training at a time, --rounds turns each), so that
+  a machine whose speed drifts during the benchmark (machines of the reference class differ
+  2x from run to run) slows both alike;
 - one evaluation: seconds of DefaultTrainer.test on the SyntheticReID test split;
 and projects the whole job: generation + iterations x s/it + evaluations x s/eval, where the
 iteration and evaluation counts come from the config (MAX_EPOCH, TEST.EVAL_PERIOD, the final
@@ -20,6 +23,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -62,18 +66,67 @@ def load_config(path: str, data_root: str, output_dir: str):
     return cfg
 
 
-def measure(path: str, args, output_dir: str) -> dict:
-    """s/it, s/eval and the iteration and evaluation counts of the job in `path`."""
-    cfg = load_config(path, args.data_root, output_dir)
-    trainer = _NoFinalEval(cfg)
+class _TakeTurns(HookBase):
+    """Lets trainers in separate threads take turns: each runs `per_turn` steps, then hands
+    the turn to the next one, so that only one trains at any moment."""
+
+    def __init__(self, turns, index: int, per_turn: int):
+        self.turns, self.index, self.per_turn, self._steps = turns, index, per_turn, 0
+
+    def _hand_over(self):
+        self.turns[self.index].clear()
+        self.turns[(self.index + 1) % len(self.turns)].set()
+
+    def before_step(self):
+        if not self.turns[self.index].wait(timeout=3600):
+            raise RuntimeError("bench_main_job: the other trainer never handed the turn back")
+
+    def after_step(self):
+        self._steps += 1
+        if self._steps % self.per_turn == 0:
+            self._hand_over()
+
+    def after_train(self):
+        self._hand_over()  # a finished (or failed) trainer must not block the other
+
+
+def build_trainer(path: str, args, output_dir: str, turn_hook: HookBase):
+    """(trainer, its step-time hook) for the job in `path`: warmup + iters iterations, no
+    final evaluation, taking turns through `turn_hook`."""
+    trainer = _NoFinalEval(load_config(path, args.data_root, output_dir))
     steps = _StepTimes()
-    trainer.register_hooks([steps])
+    trainer.register_hooks([turn_hook, steps])  # wait for the turn outside the timed window
     trainer._trainer._hooks = trainer._hooks
     trainer.max_iter = args.warmup + args.iters
-    trainer.train()
+    return trainer, steps
+
+
+def train_in_turns(trainers) -> None:
+    """Train every trainer in its own thread, taking turns; re-raise the first failure."""
+    errors = []
+
+    def train(trainer):
+        try:
+            trainer.train()
+        except BaseException as exc:  # re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=train, args=(t,)) for t in trainers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def measure(trainer, steps, args) -> dict:
+    """s/it (of the timed iterations), s/eval and the iteration and evaluation counts of the
+    job the trainer was built from."""
+    cfg = trainer.cfg
     seconds_per_iter = statistics.median(steps.times[args.warmup:])
     start = time.perf_counter()
-    DefaultTrainer.test(trainer.cfg, trainer.model)
+    DefaultTrainer.test(cfg, trainer.model)
     seconds_per_eval = time.perf_counter() - start
     total_iters = cfg.SOLVER.MAX_EPOCH * trainer.iters_per_epoch
     periodic = math.ceil(cfg.SOLVER.MAX_EPOCH / cfg.TEST.EVAL_PERIOD) - 1 if cfg.TEST.EVAL_PERIOD > 0 else 0
@@ -89,6 +142,8 @@ def main(argv=None):
                         help="where SyntheticReID is (generated there on first use)")
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per config")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="turns each trainer's iterations are split into (trainers alternate)")
     parser.add_argument("--skip-generation", action="store_true",
                         help="do not time a fresh generation of SyntheticReID (count it as 0 s)")
     args = parser.parse_args(argv)
@@ -99,11 +154,14 @@ def main(argv=None):
             start = time.perf_counter()
             generate_synthetic_reid(os.path.join(tmp, "SyntheticReID"), DEFAULT_SPEC)
             generation = time.perf_counter() - start
-    rows = {}
     with tempfile.TemporaryDirectory() as out:
-        for label, path in (("old", args.old), ("new", args.new)):
-            rows[label] = measure(path, args, os.path.join(out, label))
-            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+        turns = [threading.Event(), threading.Event()]
+        turns[0].set()
+        per_turn = max(1, math.ceil(args.iters / args.rounds))
+        jobs = {label: build_trainer(path, args, os.path.join(out, label), _TakeTurns(turns, index, per_turn))
+                for index, (label, path) in enumerate((("old", args.old), ("new", args.new)))}
+        train_in_turns([trainer for trainer, _ in jobs.values()])
+        rows = {label: measure(trainer, steps, args) for label, (trainer, steps) in jobs.items()}
     print()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; SyntheticReID generation {generation:.1f} s")
     print("| job | config | s/it | iterations | s/eval | evaluations | projected total (s) |")
