@@ -5,9 +5,9 @@ For each config it measures, on this machine and in the same process run:
 - data generation: seconds to generate the SyntheticReID benchmark (once; both configs use it);
 - the training step: seconds per iteration of the real DefaultTrainer built from the config
   (loader, model, optimizer, hooks), median over --iters iterations after --warmup; the two
-  trainers take turns (in two threads, one training at a time, --rounds turns each), so that
-  a machine whose speed drifts during the benchmark (machines of the reference class differ
-  2x from run to run) slows both alike;
+  trainers take turns of ceil(--iters / --rounds) steps (in two threads, one training at a
+  time), so that a machine whose speed drifts during the benchmark (machines of the
+  reference class differ 2x from run to run) slows both alike;
 - one evaluation: seconds of DefaultTrainer.test on the SyntheticReID test split;
 and projects the whole job: generation + iterations x s/it + evaluations x s/eval, where the
 iteration and evaluation counts come from the config (MAX_EPOCH, TEST.EVAL_PERIOD, the final
@@ -78,13 +78,15 @@ class _TakeTurns(HookBase):
         self.turns[(self.index + 1) % len(self.turns)].set()
 
     def before_step(self):
+        # Hand over here rather than in after_step: the previous step's timed window (closed
+        # by _StepTimes.after_step) must end before the other trainer starts computing.
+        if self._steps and self._steps % self.per_turn == 0:
+            self._hand_over()
         if not self.turns[self.index].wait(timeout=3600):
             raise RuntimeError("bench_main_job: the other trainer never handed the turn back")
 
     def after_step(self):
         self._steps += 1
-        if self._steps % self.per_turn == 0:
-            self._hand_over()
 
     def after_train(self):
         self._hand_over()  # a finished (or failed) trainer must not block the other
@@ -143,7 +145,7 @@ def main(argv=None):
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per config")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
     parser.add_argument("--rounds", type=int, default=4,
-                        help="turns each trainer's iterations are split into (trainers alternate)")
+                        help="the trainers alternate in turns of ceil(iters / rounds) steps")
     parser.add_argument("--skip-generation", action="store_true",
                         help="do not time a fresh generation of SyntheticReID (count it as 0 s)")
     args = parser.parse_args(argv)
