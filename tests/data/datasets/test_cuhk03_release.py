@@ -109,6 +109,11 @@ def test_new_protocol_extracts_the_crops_once(release, caplog, monkeypatch):
     assert "extracting" not in caplog.text and names(again.train) == names(ds.train)
     labeled = get_dataset("CUHK03Labeled", root)
     assert os.path.basename(os.path.dirname(labeled.train[0][0])) == "images_labeled"
+    # extracted folders (ours or a peer's) serve the new protocol without cuhk-03.mat; the classic splits need it
+    os.remove(os.path.join(base, "cuhk03_release", "cuhk-03.mat"))
+    assert names(get_dataset("CUHK03", root).query) == names(ds.query)
+    with pytest.raises(DatasetNotFoundError, match=r"missing file .*cuhk-03.mat"):
+        get_dataset("CUHK03:classic", root)
 
 
 def test_classic_splits_follow_split_id(release):
