@@ -15,7 +15,7 @@ from typing import Dict, List
 
 from .bases import DatasetFormatError, ImageDataset, Item
 from .layout import list_files, match_names
-from .matfile import read_mat
+from .matlab import read_mat
 from .paths import DatasetNotFoundError, find_dataset_dir, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
@@ -212,7 +212,7 @@ def read_grid_partitions(mat_path: str, dataset: str) -> List[List[int]]:
     """
     cells = read_mat(mat_path).get("trainIdxAll")
     try:
-        partitions = [[int(v) for v in list(cell.flat[0].values())[2].flat] for cell in cells.flat]
+        partitions = [[int(v) for v in cell.flat[0][2].flat] for cell in cells.flat]  # a struct's 3rd field
     except (AttributeError, IndexError, TypeError, ValueError):
         partitions = []
     if not partitions:

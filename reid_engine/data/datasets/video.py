@@ -17,7 +17,7 @@ from tabulate import tabulate
 from .audit import report_file_problem
 from .bases import JUNK_PID, DatasetFormatError, ImageDataset
 from .layout import list_files, subfolders
-from .matfile import read_mat
+from .matlab import read_mat
 from .paths import find_dataset_dir, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
