@@ -138,9 +138,10 @@ def test_dukemtmc(tmp_path):
                                    ("0013_c1_f0000004.jpg", 13, 0)]
 
 
-@pytest.mark.parametrize("name,kwargs,sub", [("CUHK03", {}, "detected"),
-                                             ("CUHK03", {"labeled": True}, "labeled"),
-                                             ("CUHK03Labeled", {}, "labeled")])
+@pytest.mark.parametrize("name,kwargs,sub", [("CUHK03", {}, "labeled"),  # fast-reid's CUHK03 is the labelled boxes
+                                             ("CUHK03", {"labeled": False}, "detected"),
+                                             ("CUHK03Labeled", {}, "labeled"),
+                                             ("CUHK03Detected", {}, "detected")])
 def test_cuhk03_detected_and_labeled(tmp_path, name, kwargs, sub):
     for which, pid in (("detected", 1), ("labeled", 2)):
         base = os.path.join(str(tmp_path), "cuhk03-np", which)
@@ -379,7 +380,7 @@ def test_get_dataset_errors_and_summary(tmp_path, caplog):
 
 def test_registry_has_every_benchmark():
     for name in ("Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03",
-                 "CUHK03Labeled", "VeRi", "VehicleID", "SmallVehicleID", "MediumVehicleID",
+                 "CUHK03Labeled", "CUHK03Detected", "VeRi", "VehicleID", "SmallVehicleID", "MediumVehicleID",
                  "LargeVehicleID", "ImageFolderReID", "SyntheticReID", "SyntheticReIDTiny"):
         assert name in DATASET_REGISTRY
 

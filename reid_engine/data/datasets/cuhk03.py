@@ -35,7 +35,7 @@ from .splits import check_split_id
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CUHK03", "CUHK03Labeled", "crop_name", "extract_crops", "CropExtractionError"]
+__all__ = ["CUHK03", "CUHK03Labeled", "CUHK03Detected", "crop_name", "extract_crops", "CropExtractionError"]
 
 RELEASE_DIR = "cuhk03"
 RELEASE_MAT = os.path.join("cuhk03_release", "cuhk-03.mat")
@@ -224,19 +224,21 @@ def _new_protocol_split(config_path: str, folder: str, dataset: str) -> Tuple[Li
 
 @DATASET_REGISTRY.register()
 class CUHK03(MarketStyleDataset):
-    """CUHK03 with the detected boxes (default) or the hand-labelled ones; new protocol or classic splits.
+    """CUHK03 with the hand-labelled boxes (default, as fast-reid's) or the detected ones; new protocol or classic splits.
 
     New protocol: 767 train ids / ~7,365 images; 1,400 queries; ~5,332 gallery. Classic: 20
     splits of 1,367 / 100 people, query = gallery = the test images. camid = view - 1 (0 or 1),
     as in fast-reid and torchreid. See the module docstring for the two folder routes.
 
-    Config names: ``CUHK03`` / ``CUHK03Labeled`` (new protocol), ``CUHK03:classic`` /
-    ``CUHK03Labeled:classic`` (classic split ``DATASETS.SPLIT_ID``).
+    Config names: ``CUHK03`` (= ``CUHK03Labeled``) / ``CUHK03Detected`` (new protocol), and
+    ``CUHK03:classic`` / ``CUHK03Detected:classic`` (classic split ``DATASETS.SPLIT_ID``).
+    fast-reid's ``CUHK03`` reads the labelled boxes, so plain ``CUHK03`` does too (torchreid
+    defaults to the detected ones: ``CUHK03Detected``).
 
     Args:
         root: the data root.
         combineall: fold query + gallery into training.
-        labeled: use the hand-labelled boxes instead of the detected ones.
+        labeled: use the hand-labelled boxes (default) instead of the detected ones.
         split_id: the classic split (0..19); the new protocol has one split and ignores it.
         protocol: ``"new"`` or ``"classic"``.
     Raises:
@@ -248,7 +250,7 @@ class CUHK03(MarketStyleDataset):
     NAME_ARGUMENT = "protocol"  # "CUHK03:classic" passes protocol="classic"
     HAS_SPLITS = True
 
-    def __init__(self, root: str = "datasets", combineall: bool = False, labeled: bool = False,
+    def __init__(self, root: str = "datasets", combineall: bool = False, labeled: bool = True,
                  split_id: int = 0, protocol: str = "new"):
         name = type(self).__name__
         if protocol not in PROTOCOLS:
@@ -296,3 +298,11 @@ class CUHK03Labeled(CUHK03):
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0, protocol: str = "new"):
         super().__init__(root, combineall=combineall, labeled=True, split_id=split_id, protocol=protocol)
+
+
+@DATASET_REGISTRY.register()
+class CUHK03Detected(CUHK03):
+    """CUHK03 with the detected boxes (``cuhk03-np/detected/`` or ``cuhk03/images_detected``); torchreid's default."""
+
+    def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0, protocol: str = "new"):
+        super().__init__(root, combineall=combineall, labeled=False, split_id=split_id, protocol=protocol)

@@ -89,7 +89,7 @@ def test_new_protocol_extracts_the_crops_once(release, caplog, monkeypatch):
     root, base = release
     monkeypatch.setattr(cuhk03, "PROGRESS_PERIOD", 0.0)  # a progress line after every person
     with caplog.at_level(logging.INFO, logger="reid_engine.data.datasets.cuhk03"):
-        ds = get_dataset("CUHK03", root)
+        ds = get_dataset("CUHK03Detected", root)
     assert "wrote 48 detected crops" in caplog.text
     assert "extracting the detected crops, 10 / 50 cells, ETA" in caplog.text
     assert sorted(os.listdir(base)) == ["cuhk03_new_protocol_config_detected.mat", "cuhk03_new_protocol_config_labeled.mat",
@@ -105,20 +105,20 @@ def test_new_protocol_extracts_the_crops_once(release, caplog, monkeypatch):
                                  if (1, p, c) not in EMPTY]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="reid_engine.data.datasets.cuhk03"):
-        again = get_dataset("CUHK03", root)
+        again = get_dataset("CUHK03Detected", root)
     assert "extracting" not in caplog.text and names(again.train) == names(ds.train)
     labeled = get_dataset("CUHK03Labeled", root)
     assert os.path.basename(os.path.dirname(labeled.train[0][0])) == "images_labeled"
     # extracted folders (ours or a peer's) serve the new protocol without cuhk-03.mat; the classic splits need it
     os.remove(os.path.join(base, "cuhk03_release", "cuhk-03.mat"))
-    assert names(get_dataset("CUHK03", root).query) == names(ds.query)
+    assert names(get_dataset("CUHK03Detected", root).query) == names(ds.query)
     with pytest.raises(DatasetNotFoundError, match=r"missing file .*cuhk-03.mat"):
-        get_dataset("CUHK03:classic", root)
+        get_dataset("CUHK03Detected:classic", root)
 
 
 def test_classic_splits_follow_split_id(release):
     root, base = release
-    ds = get_dataset("CUHK03:classic", root)  # split 0: pair 1 person 2 and pair 2 person 1 are tested
+    ds = get_dataset("CUHK03Detected:classic", root)  # split 0: pair 1 person 2 and pair 2 person 1 are tested
     assert ds.query == ds.gallery
     assert sorted({pid for _, pid, _ in ds.query}) == [1002, 2001]
     assert {(name[:5], cam) for name, _, cam in names(ds.query)} == {("1_002", 0), ("1_002", 1), ("2_001", 0),
@@ -127,10 +127,10 @@ def test_classic_splits_follow_split_id(release):
     other = get_dataset("CUHK03Labeled:classic", root, split_id=1)
     assert sorted({pid for _, pid, _ in other.query}) == [1001, 2002]
     assert os.path.basename(os.path.dirname(other.query[0][0])) == "images_labeled"
-    with pytest.raises(ConfigError, match=r"DATASETS.SPLIT_ID 2 is out of range for CUHK03: it has 2 splits"):
-        get_dataset("CUHK03:classic", root, split_id=2)
+    with pytest.raises(ConfigError, match=r"DATASETS.SPLIT_ID 2 is out of range for CUHK03Detected: it has 2 splits"):
+        get_dataset("CUHK03Detected:classic", root, split_id=2)
     with pytest.raises(ConfigError, match="unknown CUHK03 protocol 'old'"):
-        get_dataset("CUHK03:old", root)
+        get_dataset("CUHK03Detected:old", root)
 
 
 def test_an_interrupted_extraction_leaves_nothing_behind(release, monkeypatch):
@@ -145,21 +145,21 @@ def test_an_interrupted_extraction_leaves_nothing_behind(release, monkeypatch):
 
     monkeypatch.setattr(Image.Image, "save", failing_save)
     with pytest.raises(CropExtractionError, match="cannot write the extracted crops to .*images_detected"):
-        get_dataset("CUHK03", root)
+        get_dataset("CUHK03Detected", root)
     assert sorted(os.listdir(base)) == ["cuhk03_new_protocol_config_detected.mat", "cuhk03_new_protocol_config_labeled.mat",
                                         "cuhk03_release"]
     monkeypatch.undo()
-    assert len(get_dataset("CUHK03", root).train) == 29
+    assert len(get_dataset("CUHK03Detected", root).train) == 29
 
 
 def test_missing_or_damaged_release_files_are_one_line_errors(tmp_path, release):
-    with pytest.raises(DatasetNotFoundError, match=r"expected 'cuhk03-np/detected/' \(Market-style folders\) or "
+    with pytest.raises(DatasetNotFoundError, match=r"expected 'cuhk03-np/labeled/' \(Market-style folders\) or "
                                                     r"'cuhk03/'"):
         get_dataset("CUHK03", str(tmp_path / "empty"))
     root, base = release
     os.remove(os.path.join(base, "cuhk03_new_protocol_config_detected.mat"))
     with pytest.raises(DatasetNotFoundError, match="missing file .*cuhk03_new_protocol_config_detected.mat"):
-        get_dataset("CUHK03", root)
+        get_dataset("CUHK03Detected", root)
     mat = os.path.join(base, "cuhk03_release", "cuhk-03.mat")
     with open(mat, "wb") as f:
         f.write(b"not hdf5")
@@ -177,6 +177,15 @@ def test_the_cuhk03_np_folders_come_first(release, caplog):
         os.makedirs(folder, exist_ok=True)
         Image.new("RGB", (4, 8)).save(os.path.join(folder, name))
     with caplog.at_level(logging.INFO, logger="reid_engine.data.datasets.cuhk03"):
-        ds = get_dataset("CUHK03", root)
+        ds = get_dataset("CUHK03Detected", root)
     assert len(ds.train) == 2 and "reading 'cuhk03-np/detected/'" in caplog.text
-    assert len(get_dataset("CUHK03:classic", root).query) == 18  # the classic splits exist only in the release
+    assert len(get_dataset("CUHK03Detected:classic", root).query) == 18  # the classic splits exist only in the release
+
+
+def test_plain_cuhk03_reads_the_labelled_boxes_as_fastreid_does(release):
+    root, base = release
+    ds = get_dataset("CUHK03", root)
+    assert {os.path.basename(os.path.dirname(path)) for path, _, _ in ds.train + ds.query} == {"images_labeled"}
+    assert sorted(os.listdir(base))[-1] == "images_labeled" and "images_detected" not in os.listdir(base)
+    np.testing.assert_array_equal(np.asarray(Image.open(os.path.join(base, "images_labeled", "2_001_2_07.png"))),
+                                  crop("labeled", 1, 0, 6))
