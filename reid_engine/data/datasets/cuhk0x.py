@@ -5,6 +5,7 @@ import re
 from typing import List
 
 from .bases import ImageDataset, Item
+from .folders import dataset_folders
 from .layout import list_files, match_names, text_labels
 from .paths import DatasetNotFoundError, find_dataset_dir, require_dir
 from .registry import DATASET_REGISTRY
@@ -36,7 +37,7 @@ class cuhk01(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("cuhk01",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk01), self.LAYOUT)
         campus = os.path.join(self.dataset_dir, "campus")
         if not os.path.isdir(campus) and os.path.isfile(os.path.join(self.dataset_dir, "CUHK01.zip")):
             raise DatasetNotFoundError(f"{name}: '{campus}' is missing but CUHK01.zip is there; extract it into "
@@ -80,7 +81,7 @@ class cuhk02(ImageDataset):
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("cuhk02/Dataset",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk02), self.LAYOUT)
         train: List[Item] = []
         query: List[Item] = []
         gallery: List[Item] = []

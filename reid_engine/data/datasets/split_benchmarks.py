@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Dict, List
 
 from .bases import DatasetFormatError, ImageDataset, Item
+from .folders import dataset_folders
 from .layout import list_files, match_names
 from .matfile import read_mat
 from .paths import DatasetNotFoundError, find_dataset_dir, require_dir, require_file
@@ -65,14 +66,17 @@ class viper(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("viper/VIPeR",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(viper), self.LAYOUT)
         cam_a, cam_b = (list_files(require_dir(os.path.join(self.dataset_dir, cam), name, self.LAYOUT), ".bmp", name)
                         for cam in ("cam_a", "cam_b"))
         if len(cam_a) != len(cam_b):
             raise DatasetFormatError(f"{name}: cam_a/ holds {len(cam_a)} images and cam_b/ {len(cam_b)} in "
                                      f"'{self.dataset_dir}'; each folder needs one image per person, paired by "
                                      f"sorted name")
-        self.split_path = os.path.join(os.path.dirname(self.dataset_dir), SPLIT_FILE_NAME)
+        # Beside VIPeR/ in torchreid's viper/ folder; inside it when VIPeR/ lies at the root.
+        parent = os.path.dirname(self.dataset_dir)
+        home = self.dataset_dir if os.path.normpath(parent) == os.path.normpath(root) else parent
+        self.split_path = os.path.join(home, SPLIT_FILE_NAME)
         draws = load_or_draw_splits(self.split_path, name, lambda rng: draw_id_splits(range(len(cam_a)), rng),
                                     ("train", "test"))
         draw, b_is_query = two_way_split(split_id, draws, self.split_path, name)
@@ -127,7 +131,7 @@ class ilids(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("ilids",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(ilids), self.LAYOUT)
         image_dir = require_dir(os.path.join(self.dataset_dir, "i-LIDS_Pedestrian", "Persons"), name, self.LAYOUT)
         parsed = {os.path.basename(path): (path, int(m.group(1)), int(m.group(2)) - 1)
                   for path, m in match_names(list_files(image_dir, ".jpg", name), self.NAME, name, self.RULE)}
@@ -176,7 +180,7 @@ class prid(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("prid2011",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(prid), self.LAYOUT)
         shot_dir = os.path.join(self.dataset_dir, "prid_2011", "single_shot")
         cam_a, cam_b = ({int(m.group(1)): path for path, m in match_names(
             list_files(require_dir(os.path.join(shot_dir, cam), name, self.LAYOUT), ".png", name),
@@ -246,7 +250,7 @@ class grid(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("grid",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(grid), self.LAYOUT)
         base = require_dir(os.path.join(self.dataset_dir, "underground_reid"), name, self.LAYOUT)
         probe, gallery_images = ([(path, int(m.group(1)), int(m.group(2)) - 1) for path, m in match_names(
             list_files(require_dir(os.path.join(base, folder), name, self.LAYOUT), ".jpeg", name),

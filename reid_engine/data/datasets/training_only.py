@@ -13,8 +13,9 @@ from typing import Callable, List, Optional
 
 from .audit import report_file_problem
 from .bases import ImageDataset
+from .folders import dataset_folders
 from .layout import RawItem, list_files, name_fields, number_raw_items, subfolders, walk_files
-from .paths import find_dataset_dir, require_dir, require_file
+from .paths import find_dataset_dir, require_dir, require_file, require_one_dir
 from .registry import DATASET_REGISTRY
 
 __all__ = ["TrainingOnlyDataset", "TRAINING_ONLY_SETS"]
@@ -23,8 +24,9 @@ __all__ = ["TrainingOnlyDataset", "TRAINING_ONLY_SETS"]
 class TrainingOnlyDataset(ImageDataset):
     """Base of the sets that only have training images.
 
-    Subclasses set :attr:`FOLDER` (under the data root), :attr:`LAYOUT` (what the folder
-    holds, for errors) and implement :meth:`read`.
+    Subclasses set :attr:`LAYOUT` (what the folder holds, for errors) and implement
+    :meth:`read`. The folder is found by the accepted names of :mod:`.folders`;
+    :attr:`FOLDER` is the first of them (fast-reid's).
 
     Args:
         root: the data root.
@@ -35,9 +37,13 @@ class TrainingOnlyDataset(ImageDataset):
     FOLDER = ""
     LAYOUT = ""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.FOLDER = dataset_folders(cls, (cls.FOLDER,))[0]
+
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, (self.FOLDER,), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(type(self)), self.LAYOUT)
         train = number_raw_items(self.read(self.dataset_dir, name))
         super().__init__(train, [], [], name, combineall=combineall, distractor_pids=(),
                          source=self.dataset_dir)
@@ -117,7 +123,6 @@ class cuhkSYSU(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     ``p`` (so its zero padding is dropped, as in fast-reid).
     """
 
-    FOLDER = "cuhk_sysu"
     LAYOUT = "cropped_images/ with images named p<pid>_s<scene>_<k>.jpg (e.g. p11422_s16929_1.jpg)"
     NAME = re.compile(r"p(-?\d+)_s\d")
 
@@ -141,7 +146,6 @@ class AirportALERT(TrainingOnlyDataset):
     >= 11001 are read.
     """
 
-    FOLDER = "AirportALERT"
     LAYOUT = "filepath.txt listing <camera>\\<pid>\\<file> image paths relative to the folder"
     MIN_PID = 11001  # fast-reid keeps pid >= 11001 (its upper bound of 401999 is commented out)
     LINE_RULE = "a line <camera>\\<pid>\\<file> with an integer pid"
@@ -176,7 +180,6 @@ class iLIDS(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     Not QMUL iLIDS: that one is torchreid's ``ilids``.
     """
 
-    FOLDER = "iLIDS"
     LAYOUT = "<pid>/ sub-folders of <camera>_*.png images (e.g. person001/cam1_person001_00317.png)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -188,7 +191,6 @@ class iLIDS(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
 class PKU(TrainingOnlyDataset):
     """PKU-Reid: 114 ids / 1,824 images / 2 cameras; ``PKUv1a_128x48/<pid>_<camera>_....png``."""
 
-    FOLDER = "PKUv1a_128x48"
     LAYOUT = "*.png images named <pid>_<camera>_..."
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -200,7 +202,6 @@ class PKU(TrainingOnlyDataset):
 class PRAI(TrainingOnlyDataset):
     """PRAI-1581 (aerial): 1,580 ids / 39,481 images; ``PRAI-1581/images/<pid>_<camera>_....jpg``."""
 
-    FOLDER = "PRAI-1581"
     LAYOUT = "images/ with *.jpg images named <pid>_<camera>_..."
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -218,7 +219,6 @@ class PRID(TrainingOnlyDataset):
     torchreid's single-shot benchmark is ``prid``.
     """
 
-    FOLDER = "prid_2011"
     LAYOUT = "slim_train/ with *.png images in person_<pid>/ folders"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -241,7 +241,6 @@ class GRID(TrainingOnlyDataset):
     fast-reid. torchreid's benchmark with the official partitions is ``grid``.
     """
 
-    FOLDER = "underground_reid"
     LAYOUT = "images/ with *.jpeg images named <pid>_<camera>_... (probe/ and gallery/ merged)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -257,7 +256,6 @@ class SAIVT(TrainingOnlyDataset):
     file name.
     """
 
-    FOLDER = "SAIVT-SoftBio"
     LAYOUT = "cropped_images/<pid>/ folders of *.jpeg images whose third '-' field is the camera"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -272,17 +270,16 @@ class SenseReID(TrainingOnlyDataset):
     """SenseReID, both folders as training data: 1,718 ids / 3,338 images / 2 cameras.
 
     ``SenseReID/test_gallery/<pid>_<camera>.jpg`` and ``SenseReID/test_prob/`` (fast-reid's
-    spelling).
+    spelling; the release's ``test_probe/``, which torchreid reads, is accepted too).
     """
 
-    FOLDER = "SenseReID"
     LAYOUT = "test_gallery/ and test_prob/ with images named <pid>_<camera>.jpg"
-    SUBFOLDERS = ("test_gallery", "test_prob")
+    SUBFOLDERS = (("test_gallery",), ("test_prob", "test_probe"))
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
         items = []
-        for sub in self.SUBFOLDERS:
-            paths = list_files(self.require_dir(sub), ".jpg", name)
+        for spellings in self.SUBFOLDERS:
+            paths = list_files(require_one_dir(dataset_dir, spellings, name, self.LAYOUT), ".jpg", name)
             for path, pid, camera in read_name_fields(paths, name, "_", 0, 1, "a name <pid>_<camera>.jpg"):
                 items.append((path, pid, camera.split(".")[0]))
         return items
@@ -296,7 +293,6 @@ class SYSU_mm(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     same id folder in two cameras is the same person.
     """
 
-    FOLDER = "SYSU-MM01"
     LAYOUT = "cam1/, cam2/, cam4/, cam5/ with <pid>/ folders of *.jpg images"
     CAMERAS = ("cam1", "cam2", "cam4", "cam5")
 
@@ -320,7 +316,6 @@ class _OneCameraIdentityFolders(TrainingOnlyDataset):
 class Thermalworld(_OneCameraIdentityFolders):
     """Thermalworld (RGB part): 409 ids / 8,103 images; ``thermalworld_rgb/<pid>/*.jpg``."""
 
-    FOLDER = "thermalworld_rgb"
     LAYOUT = "<pid>/ folders of *.jpg images"
 
 
@@ -328,7 +323,6 @@ class Thermalworld(_OneCameraIdentityFolders):
 class PeS3D(_OneCameraIdentityFolders):
     """3DPeS: 193 ids / 1,012 images; ``3DPeS/<pid>/*.bmp``."""
 
-    FOLDER = "3DPeS"
     LAYOUT = "<pid>/ folders of *.bmp images"
     EXTENSION = ".bmp"
 
@@ -337,7 +331,6 @@ class PeS3D(_OneCameraIdentityFolders):
 class CAVIARa(TrainingOnlyDataset):
     """CAVIAR4REID: 72 ids / 1,220 images; ``CAVIARa/*.jpg``, the id is the first 4 characters."""
 
-    FOLDER = "CAVIARa"
     LAYOUT = "*.jpg images whose first 4 characters are the pid (e.g. 0001001.jpg)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -359,7 +352,6 @@ class VIPeR(TrainingOnlyDataset):
     is the same person. torchreid's benchmark with test splits is ``viper``.
     """
 
-    FOLDER = "VIPeR"
     LAYOUT = "cam_a/ and cam_b/ with images named <pid>_<angle>.bmp (e.g. cam_a/000_45.bmp)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -381,7 +373,6 @@ class LPW(TrainingOnlyDataset):
     (``view1`` of every scene is one camera), as in fast-reid.
     """
 
-    FOLDER = "pep_256x128/data_slim"
     LAYOUT = "scen1/, scen2/, scen3/ with <camera>/<pid>/ folders of *.jpg images"
     SCENES = ("scen1", "scen2", "scen3")
 
@@ -404,7 +395,6 @@ class Shinpuhkan(TrainingOnlyDataset):
     0 and the camera field 2 of the name split on '_'.
     """
 
-    FOLDER = "shinpuhkan"
     LAYOUT = "*.jpg images (in any sub-folder) named <pid>_<x>_<camera>_..."
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -419,7 +409,6 @@ class WildTrackCrop(TrainingOnlyDataset):
     ``Wildtrack_crop_dataset/crop/<pid>/<camera>_<frame>.png`` (e.g. ``02_00000135.png``).
     """
 
-    FOLDER = "Wildtrack_crop_dataset"
     LAYOUT = "crop/<pid>/ folders of images named <camera>_<frame>.png (e.g. 02_00000135.png)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -436,7 +425,6 @@ class cuhksysu(TrainingOnlyDataset):  # noqa: N801 (torchreid's registered name)
     the set is refused in DATASETS.TESTS, like fast-reid's ``cuhkSYSU``.
     """
 
-    FOLDER = "cuhksysu"
     LAYOUT = "cropped_images/ with images named <pid>_....jpg (e.g. p11422_s16929_1.jpg)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
