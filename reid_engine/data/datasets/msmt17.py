@@ -51,7 +51,7 @@ def read_msmt_list(list_path: str, image_dir: str) -> List[Item]:
         DatasetFormatError: a malformed line (with its number).
         DatasetNotFoundError: a listed image is missing (the wrong image folder).
     """
-    items = [(os.path.join(image_dir, name), pid, camid_from_msmt_name(name))
+    items = [(os.path.join(image_dir, name), pid, camid_from_msmt_name(os.path.join(image_dir, name)))
              for name, pid in read_name_id_list(list_path, "MSMT17", "relative/path.jpg pid", allow_negative=True)]
     items = [item for item in items if item[2] is not None]
     exists = require_listed_files([p for p, _, _ in items], list_path, "MSMT17", _LAYOUT)
