@@ -2,7 +2,7 @@
 
 import logging
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from ...utils.errors import ReidUserError
 from .audit import collecting_problems, note_skipped_file, report_file_problem
@@ -146,6 +146,22 @@ def require_one_dir(base: str, names: Sequence[str], dataset: str, layout: str) 
                                f"(the dataset folder must contain {layout}); {_root_hint()}")
 
 
+def list_lines(list_path: str, header: bool = False) -> Iterator[Tuple[int, str]]:
+    """The non-blank lines of a text list file, stripped, with their 1-based line numbers.
+
+    Args:
+        list_path: the file (UTF-8).
+        header: the first line is a header and is skipped.
+    Yields:
+        ``(line number, stripped line)``.
+    """
+    with open(list_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip()
+            if line and not (header and lineno == 1):
+                yield lineno, line
+
+
 def read_name_id_list(list_path: str, dataset: str, line_format: str,
                       allow_negative: bool = False) -> List[Tuple[str, int]]:
     """Read a list file of ``<name> <integer id>`` lines (blank lines skipped).
@@ -163,17 +179,14 @@ def read_name_id_list(list_path: str, dataset: str, line_format: str,
             number and the expected format.
     """
     pairs = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts:
-                continue
-            number = parts[1].lstrip("-") if allow_negative and len(parts) == 2 else (parts + [""])[1]
-            if len(parts) != 2 or not number.isdigit():
-                report_file_problem(dataset, f"{list_path}:{lineno}", f"a line '{line_format}', not "
-                                    f"'{line.strip()}'", fix="correct the line")
-                continue
-            pairs.append((parts[0], int(parts[1])))
+    for lineno, line in list_lines(list_path):
+        parts = line.split()
+        number = parts[1].lstrip("-") if allow_negative and len(parts) == 2 else (parts + [""])[1]
+        if len(parts) != 2 or not number.isdigit():
+            report_file_problem(dataset, f"{list_path}:{lineno}", f"a line '{line_format}', not '{line}'",
+                                error=f"{dataset}: line {lineno} of '{list_path}' is '{line}', expected '{line_format}'")
+            continue
+        pairs.append((parts[0], int(parts[1])))
     return pairs
 
 

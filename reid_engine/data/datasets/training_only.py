@@ -15,7 +15,7 @@ from .audit import report_file_problem
 from .bases import ImageDataset
 from .folders import dataset_folders
 from .layout import RawItem, list_files, name_fields, number_raw_items, subfolders, walk_files
-from .paths import find_dataset_dir, require_dir, require_file, require_one_dir
+from .paths import find_dataset_dir, list_lines, require_dir, require_file, require_one_dir
 from .registry import DATASET_REGISTRY
 
 __all__ = ["TrainingOnlyDataset", "TRAINING_ONLY_SETS"]
@@ -153,22 +153,21 @@ class AirportALERT(TrainingOnlyDataset):
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
         list_path = require_file(os.path.join(dataset_dir, "filepath.txt"), name, self.LAYOUT)
         items = []
-        with open(list_path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = [p for p in re.split(r"[\\/]", line.strip()) if p]
-                if not parts:
-                    continue
-                if len(parts) < 3 or not parts[1].isdigit():
-                    report_file_problem(name, f"{list_path}:{lineno}", self.LINE_RULE, fix="correct the line")
-                    continue
-                if int(parts[1]) < self.MIN_PID:
-                    continue
-                path = os.path.join(dataset_dir, *parts)
-                if not os.path.isfile(path):
-                    report_file_problem(name, path, f"an image listed on line {lineno} of {list_path}",
-                                        fix="restore the file or remove its line")
-                    continue
-                items.append((path, parts[1], parts[0]))
+        for lineno, line in list_lines(list_path):
+            parts = [p for p in re.split(r"[\\/]", line) if p]
+            if not parts:
+                continue
+            if len(parts) < 3 or not parts[1].isdigit():
+                report_file_problem(name, f"{list_path}:{lineno}", self.LINE_RULE, fix="correct the line")
+                continue
+            if int(parts[1]) < self.MIN_PID:
+                continue
+            path = os.path.join(dataset_dir, *parts)
+            if not os.path.isfile(path):
+                report_file_problem(name, path, f"an image listed on line {lineno} of {list_path}",
+                                    fix="restore the file or remove its line")
+                continue
+            items.append((path, parts[1], parts[0]))
         return items
 
 

@@ -5,6 +5,7 @@ from typing import Dict, List, Tuple
 
 from .audit import report_file_problem
 from .bases import Item
+from .paths import list_lines
 from .registry import DATASET_REGISTRY
 from .sized_tests import SizedTestListDataset, sized_variants
 
@@ -29,18 +30,16 @@ def read_vehicle_info(info_path: str, image_dir: str, dataset: str) -> Dict[str,
         ``{imgid: (image path, camera)}``; the camera is the integer as written (not shifted).
     """
     table = {}
-    with open(info_path, encoding="utf-8") as f:
-        next(f, None)  # the header line
-        for lineno, line in enumerate(f, 2):
-            fields = line.strip().split(";")
-            if not fields[0]:
-                continue
-            key = fields[0].split("/")
-            if len(fields) < 2 or len(key) != 2 or not fields[1].strip().isdigit():
-                report_file_problem(dataset, f"{info_path}:{lineno}", "a record <vid>/<imgid>;<camera>;... with "
-                                    "an integer camera", fix="correct the line")
-                continue
-            table[key[1]] = (os.path.join(image_dir, key[0], key[1] + ".jpg"), int(fields[1]))
+    for lineno, line in list_lines(info_path, header=True):
+        fields = line.split(";")
+        if not fields[0]:
+            continue
+        key = fields[0].split("/")
+        if len(fields) < 2 or len(key) != 2 or not fields[1].strip().isdigit():
+            report_file_problem(dataset, f"{info_path}:{lineno}", "a record <vid>/<imgid>;<camera>;... with "
+                                "an integer camera", fix="correct the line")
+            continue
+        table[key[1]] = (os.path.join(image_dir, key[0], key[1] + ".jpg"), int(fields[1]))
     return table
 
 
@@ -52,25 +51,21 @@ def read_veriwild_list(list_path: str, info: Dict[str, Tuple[str, int]], dataset
     (:mod:`.audit`).
     """
     items = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split("/")
-            imgid = parts[-1].split(".")[0]
-            where = f"{list_path}:{lineno}"
-            if len(parts) != 2 or not parts[0].isdigit():
-                report_file_problem(dataset, where, "a line <vid>/<imgid> (e.g. 00001/000001)", fix="correct the line")
-            elif imgid not in info:
-                report_file_problem(dataset, where, f"an image id of vehicle_info.txt (got '{imgid}')",
-                                    fix="correct the line or the info file")
-            elif not os.path.isfile(info[imgid][0]):
-                report_file_problem(dataset, info[imgid][0], f"an image (listed on line {lineno} of {list_path})",
-                                    fix="restore the image or remove its line")
-            else:
-                path, camera = info[imgid]
-                items.append((path, int(parts[0]), camera))
+    for lineno, line in list_lines(list_path):
+        parts = line.split("/")
+        imgid = parts[-1].split(".")[0]
+        where = f"{list_path}:{lineno}"
+        if len(parts) != 2 or not parts[0].isdigit():
+            report_file_problem(dataset, where, "a line <vid>/<imgid> (e.g. 00001/000001)", fix="correct the line")
+        elif imgid not in info:
+            report_file_problem(dataset, where, f"an image id of vehicle_info.txt (got '{imgid}')",
+                                fix="correct the line or the info file")
+        elif not os.path.isfile(info[imgid][0]):
+            report_file_problem(dataset, info[imgid][0], f"an image (listed on line {lineno} of {list_path})",
+                                fix="restore the image or remove its line")
+        else:
+            path, camera = info[imgid]
+            items.append((path, int(parts[0]), camera))
     return items
 
 

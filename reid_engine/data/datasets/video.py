@@ -19,7 +19,7 @@ from .bases import JUNK_PID, DatasetFormatError, ImageDataset
 from .folders import dataset_folders
 from .layout import list_files, subfolders
 from .matfile import read_mat
-from .paths import find_dataset_dir, require_dir, require_file
+from .paths import find_dataset_dir, list_lines, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
     check_split_id,
@@ -73,8 +73,7 @@ MARS_LAYOUT = ("bbox_train/<pid4>/*.jpg, bbox_test/<pid4>/*.jpg and info/ (train
 
 
 def _read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+    return [line for _, line in list_lines(path)]
 
 
 def _mat_variable(path: str, variable: str, dataset: str):
