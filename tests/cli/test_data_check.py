@@ -136,15 +136,22 @@ def _problem_paths(out):
     return [line.split(": expected ")[0].strip() for line in out.splitlines() if ": expected " in line]
 
 
+def _check_with_added_lines(root, name, added, capsys):
+    """Append ``{list file: text}`` and run ``check name --no-decode``: (exit status, report)."""
+    for path, text in added.items():
+        with open(path, "a") as f:
+            f.write(text)
+    status = data.main(["check", name, "--data-root", root, "--no-decode"])
+    return status, capsys.readouterr().out
+
+
 def test_every_bad_line_of_the_msmt17_lists(tmp_path, capsys):
     base = make_msmt(str(tmp_path))
-    with open(os.path.join(base, "list_train.txt"), "a") as f:
-        f.write("0000/0000_000_01_0303morning_0099_0.jpg\n0000/x.jpg zero\n0000/0000_000_01_0303morning_0015_0.jpg 0 9\n")
-    with open(os.path.join(base, "list_gallery.txt"), "a") as f:
-        f.write("0009/0009_000_02_0303night_0003_0.jpg 9\n0000/nocamera.jpg 0\n")
-    assert data.main(["check", "MSMT17", "--data-root", str(tmp_path), "--no-decode"]) == 1
-    out = capsys.readouterr().out
     train, gallery = os.path.join(base, "list_train.txt"), os.path.join(base, "list_gallery.txt")
+    status, out = _check_with_added_lines(str(tmp_path), "MSMT17", {
+        train: "0000/0000_000_01_0303morning_0099_0.jpg\n0000/x.jpg zero\n0000/0000_000_01_0303morning_0015_0.jpg 0 9\n",
+        gallery: "0009/0009_000_02_0303night_0003_0.jpg 9\n0000/nocamera.jpg 0\n"}, capsys)
+    assert status == 1
     assert sorted(_problem_paths(out)) == sorted([
         f"{train}:4", f"{train}:5", f"{train}:6",
         os.path.join(base, "test", "0009", "0009_000_02_0303night_0003_0.jpg"), os.path.join(base, "test", "0000/nocamera.jpg")])
@@ -156,13 +163,10 @@ def test_every_bad_line_of_the_msmt17_lists(tmp_path, capsys):
 def test_every_bad_line_of_the_vehicleid_lists(tmp_path, capsys):
     base = make_vehicleid(str(tmp_path))
     split = os.path.join(base, "train_test_split")
-    with open(os.path.join(split, "train_list.txt"), "a") as f:
-        f.write("0000009\n0000001 one\n0000777 7\n")
-    with open(os.path.join(split, "test_list_800.txt"), "a") as f:
-        f.write("0000101 10 extra\n")
-    assert data.main(["check", "SmallVehicleID", "--data-root", str(tmp_path), "--no-decode"]) == 1
-    out = capsys.readouterr().out
     train = os.path.join(split, "train_list.txt")
+    status, out = _check_with_added_lines(str(tmp_path), "SmallVehicleID", {
+        train: "0000009\n0000001 one\n0000777 7\n", os.path.join(split, "test_list_800.txt"): "0000101 10 extra\n"}, capsys)
+    assert status == 1
     assert sorted(_problem_paths(out)) == sorted([f"{train}:5", f"{train}:6", os.path.join(base, "image", "0000777.jpg"),
                                                   os.path.join(split, "test_list_800.txt") + ":7"])
 

@@ -75,24 +75,34 @@ def note_ignored_file(path: str, rule: str) -> None:
         path: the skipped file.
         rule: what the loader reads instead, e.g. ``"*.jpg files (this file is ignored)"``.
     """
-    collected = _collected.get()
+    _record(_collected, path, rule)
+
+
+def _record(target: contextvars.ContextVar, path: str, rule: str) -> None:
+    """Append ``FileProblem(path, rule)`` to the list of ``target`` when one is being collected."""
+    collected = target.get()
     if collected is not None:
         collected.append(FileProblem(path, rule))
 
 
 @contextlib.contextmanager
-def collect_file_problems() -> Iterator[List[FileProblem]]:
-    """Collect the problems of every dataset parsed inside the block instead of raising.
+def _collecting(target: contextvars.ContextVar) -> Iterator[List[FileProblem]]:
+    """Give ``target`` a fresh list for the block; yield it."""
+    found: List[FileProblem] = []
+    token = target.set(found)
+    try:
+        yield found
+    finally:
+        target.reset(token)
+
+
+def collect_file_problems():
+    """Collect the problems of every dataset parsed inside the block instead of raising (a context manager).
 
     Yields:
         The list the problems are appended to, in the order the parsers met them.
     """
-    problems: List[FileProblem] = []
-    token = _collected.set(problems)
-    try:
-        yield problems
-    finally:
-        _collected.reset(token)
+    return _collecting(_collected)
 
 
 def note_skipped_file(path: str, reason: str) -> None:
@@ -102,21 +112,13 @@ def note_skipped_file(path: str, reason: str) -> None:
         path: the file or folder left out.
         reason: why, e.g. ``"a hidden or system file"`` or ``"not an image"``.
     """
-    skipped = _skipped.get()
-    if skipped is not None:
-        skipped.append(FileProblem(path, reason))
+    _record(_skipped, path, reason)
 
 
-@contextlib.contextmanager
-def collect_skipped_files() -> Iterator[List[FileProblem]]:
-    """Record the files left out by every listing inside the block.
+def collect_skipped_files():
+    """Record the files left out by every listing inside the block (a context manager).
 
     Yields:
         The list of ``FileProblem(path, reason)`` the listings append to, in the order met.
     """
-    skipped: List[FileProblem] = []
-    token = _skipped.set(skipped)
-    try:
-        yield skipped
-    finally:
-        _skipped.reset(token)
+    return _collecting(_skipped)

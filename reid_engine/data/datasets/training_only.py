@@ -9,7 +9,7 @@ DATASETS.TESTS is a config error (they have nothing to evaluate).
 
 import os
 import re
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .audit import report_file_problem
 from .bases import ImageDataset
@@ -18,7 +18,7 @@ from .layout import RawItem, list_files, name_fields, number_raw_items, subfolde
 from .paths import find_dataset_dir, list_lines, require_dir, require_file, require_one_dir
 from .registry import DATASET_REGISTRY
 
-__all__ = ["TrainingOnlyDataset", "TRAINING_ONLY_SETS"]
+__all__ = ["TrainingOnlyDataset", "NameFieldsSet", "IdentityFoldersSet", "TRAINING_ONLY_SETS"]
 
 
 class TrainingOnlyDataset(ImageDataset):
@@ -102,17 +102,57 @@ def read_name_fields(paths: List[str], dataset: str, separator: str, pid_field: 
     return items
 
 
-def camera_before_underscore(dataset: str, rule: str) -> Callable[[str], Optional[str]]:
-    """A ``camera_of`` for :func:`read_identity_folders`: the name text before the first '_'."""
+def camera_field(dataset: str, rule: str, separator: str, field: int) -> Callable[[str], Optional[str]]:
+    """A ``camera_of`` for :func:`read_identity_folders`: field ``field`` of the file name split on ``separator``.
+
+    The name needs at least ``max(field + 1, 2)`` fields (a name without the separator
+    breaks the rule even when field 0 is the camera).
+    """
     def camera_of(path: str) -> Optional[str]:
-        fields = name_fields(path, "_", 2, dataset, rule)
-        return None if fields is None else fields[0]
+        fields = name_fields(path, separator, max(field + 1, 2), dataset, rule)
+        return None if fields is None else fields[field]
     return camera_of
 
 
 def constant_camera(text: str) -> Callable[[str], str]:
     """A ``camera_of`` for sets without camera labels: every image gets ``text``."""
     return lambda path: text
+
+
+class NameFieldsSet(TrainingOnlyDataset):
+    """Sets of image files whose name gives the id (field 0) and the camera (a later field), split on '_'.
+
+    Subclasses set :attr:`IMAGES`, :attr:`EXTENSION`, :attr:`RECURSIVE`, :attr:`CAM_FIELD`
+    and :attr:`RULE` (the expected name, for errors).
+    """
+
+    IMAGES = ""  # the sub-folder holding the images ("": the dataset folder itself)
+    EXTENSION = ".jpg"
+    RECURSIVE = False  # every image below IMAGES, not only those directly inside
+    CAM_FIELD = 1
+    RULE = ""
+
+    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
+        folder = self.require_dir(self.IMAGES) if self.IMAGES else dataset_dir
+        paths = (walk_files if self.RECURSIVE else list_files)(folder, self.EXTENSION, name)
+        return read_name_fields(paths, name, "_", 0, self.CAM_FIELD, self.RULE)
+
+
+class IdentityFoldersSet(TrainingOnlyDataset):
+    """Sets of ``<IMAGES>/<pid>/*<EXTENSION>`` folders; the camera is a field of the file name, or one pseudo camera.
+
+    Subclasses set :attr:`IMAGES`, :attr:`EXTENSION`, :attr:`CAMERA` and :attr:`RULE`.
+    """
+
+    IMAGES = ""  # the sub-folder holding the identity folders ("": the dataset folder itself)
+    EXTENSION = ".jpg"
+    CAMERA: Optional[Tuple[str, int]] = None  # (separator, field) of the camera in the name; None: all "cam0"
+    RULE = ""
+
+    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
+        folder = self.require_dir(self.IMAGES) if self.IMAGES else dataset_dir
+        camera_of = constant_camera("cam0") if self.CAMERA is None else camera_field(name, self.RULE, *self.CAMERA)
+        return read_identity_folders(folder, self.EXTENSION, name, camera_of)
 
 
 @DATASET_REGISTRY.register()
@@ -172,7 +212,7 @@ class AirportALERT(TrainingOnlyDataset):
 
 
 @DATASET_REGISTRY.register()
-class iLIDS(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
+class iLIDS(IdentityFoldersSet):  # noqa: N801 (fast-reid's registered name)
     """fast-reid's iLIDS (frames of iLIDS-VID by person): 300 ids / 4,515 images / 2 cameras.
 
     ``iLIDS/<pid>/<camera>_....png``, e.g. ``iLIDS/person001/cam1_person001_00317.png``.
@@ -180,32 +220,27 @@ class iLIDS(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     """
 
     LAYOUT = "<pid>/ sub-folders of <camera>_*.png images (e.g. person001/cam1_person001_00317.png)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(dataset_dir, ".png", name,
-                                     camera_before_underscore(name, "a name <camera>_....png"))
+    EXTENSION = ".png"
+    CAMERA = ("_", 0)
+    RULE = "a name <camera>_....png"
 
 
 @DATASET_REGISTRY.register()
-class PKU(TrainingOnlyDataset):
+class PKU(NameFieldsSet):
     """PKU-Reid: 114 ids / 1,824 images / 2 cameras; ``PKUv1a_128x48/<pid>_<camera>_....png``."""
 
     LAYOUT = "*.png images named <pid>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(dataset_dir, ".png", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....png")
+    EXTENSION = ".png"
+    RULE = "a name <pid>_<camera>_....png"
 
 
 @DATASET_REGISTRY.register()
-class PRAI(TrainingOnlyDataset):
+class PRAI(NameFieldsSet):
     """PRAI-1581 (aerial): 1,580 ids / 39,481 images; ``PRAI-1581/images/<pid>_<camera>_....jpg``."""
 
     LAYOUT = "images/ with *.jpg images named <pid>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(self.require_dir("images"), ".jpg", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....jpg")
+    IMAGES = "images"
+    RULE = "a name <pid>_<camera>_....jpg"
 
 
 @DATASET_REGISTRY.register()
@@ -232,7 +267,7 @@ class PRID(TrainingOnlyDataset):
 
 
 @DATASET_REGISTRY.register()
-class GRID(TrainingOnlyDataset):
+class GRID(NameFieldsSet):
     """GRID as fast-reid trains on it: 1,025 ids / 1,275 images / 8 cameras.
 
     ``underground_reid/images/<pid>_<camera>_....jpeg`` (the release's ``probe/`` and
@@ -241,14 +276,13 @@ class GRID(TrainingOnlyDataset):
     """
 
     LAYOUT = "images/ with *.jpeg images named <pid>_<camera>_... (probe/ and gallery/ merged)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(self.require_dir("images"), ".jpeg", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)")
+    IMAGES = "images"
+    EXTENSION = ".jpeg"
+    RULE = "a name <pid>_<camera>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)"
 
 
 @DATASET_REGISTRY.register()
-class SAIVT(TrainingOnlyDataset):
+class SAIVT(IdentityFoldersSet):
     """SAIVT-SoftBio crops: 152 ids / 7,150 images / 8 cameras.
 
     ``SAIVT-SoftBio/cropped_images/<pid>/*.jpeg``; the camera is the third '-' field of the
@@ -256,12 +290,10 @@ class SAIVT(TrainingOnlyDataset):
     """
 
     LAYOUT = "cropped_images/<pid>/ folders of *.jpeg images whose third '-' field is the camera"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        def camera_of(path: str) -> Optional[str]:
-            fields = name_fields(path, "-", 3, name, "a name <a>-<b>-<camera>....jpeg (three '-' fields)")
-            return None if fields is None else fields[2]
-        return read_identity_folders(self.require_dir("cropped_images"), ".jpeg", name, camera_of)
+    IMAGES = "cropped_images"
+    EXTENSION = ".jpeg"
+    CAMERA = ("-", 2)
+    RULE = "a name <a>-<b>-<camera>....jpeg (three '-' fields)"
 
 
 @DATASET_REGISTRY.register()
@@ -302,24 +334,15 @@ class SYSU_mm(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
         return items
 
 
-class _OneCameraIdentityFolders(TrainingOnlyDataset):
-    """Sets of ``<pid>/*<EXTENSION>`` folders and no camera labels (one pseudo camera)."""
-
-    EXTENSION = ".jpg"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(dataset_dir, self.EXTENSION, name, constant_camera("cam0"))
-
-
 @DATASET_REGISTRY.register()
-class Thermalworld(_OneCameraIdentityFolders):
+class Thermalworld(IdentityFoldersSet):
     """Thermalworld (RGB part): 409 ids / 8,103 images; ``thermalworld_rgb/<pid>/*.jpg``."""
 
     LAYOUT = "<pid>/ folders of *.jpg images"
 
 
 @DATASET_REGISTRY.register()
-class PeS3D(_OneCameraIdentityFolders):
+class PeS3D(IdentityFoldersSet):
     """3DPeS: 193 ids / 1,012 images; ``3DPeS/<pid>/*.bmp``."""
 
     LAYOUT = "<pid>/ folders of *.bmp images"
@@ -387,7 +410,7 @@ class LPW(TrainingOnlyDataset):
 
 
 @DATASET_REGISTRY.register()
-class Shinpuhkan(TrainingOnlyDataset):
+class Shinpuhkan(NameFieldsSet):
     """Shinpuhkan: 24 ids / 4,501 images / 8 cameras.
 
     Every ``*.jpg`` below ``shinpuhkan/``, named ``<pid>_<x>_<camera>_...``: the id is field
@@ -395,24 +418,23 @@ class Shinpuhkan(TrainingOnlyDataset):
     """
 
     LAYOUT = "*.jpg images (in any sub-folder) named <pid>_<x>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(walk_files(dataset_dir, ".jpg", name), name, "_", 0, 2,
-                                "a name <pid>_<x>_<camera>_....jpg (three '_' fields)")
+    RECURSIVE = True
+    CAM_FIELD = 2
+    RULE = "a name <pid>_<x>_<camera>_....jpg (three '_' fields)"
 
 
 @DATASET_REGISTRY.register()
-class WildTrackCrop(TrainingOnlyDataset):
+class WildTrackCrop(IdentityFoldersSet):
     """WILDTRACK person crops: 313 ids / 33,979 images / 7 cameras.
 
     ``Wildtrack_crop_dataset/crop/<pid>/<camera>_<frame>.png`` (e.g. ``02_00000135.png``).
     """
 
     LAYOUT = "crop/<pid>/ folders of images named <camera>_<frame>.png (e.g. 02_00000135.png)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(self.require_dir("crop"), ".png", name,
-                                     camera_before_underscore(name, "a name <camera>_<frame>.png"))
+    IMAGES = "crop"
+    EXTENSION = ".png"
+    CAMERA = ("_", 0)
+    RULE = "a name <camera>_<frame>.png"
 
 
 @DATASET_REGISTRY.register()
