@@ -121,6 +121,16 @@ def test_images_that_do_not_decode_are_reported_unless_no_decode(tmp_path, capsy
     assert "decoded" not in out and "every file fits the layout" in out
 
 
+def test_every_frame_of_a_video_set_is_decoded(tmp_path, capsys):
+    from tests.data.datasets.test_video_datasets import _dukevid_tree
+
+    _dukevid_tree(str(tmp_path))  # empty frame files: 12 frames, none decodes
+    assert data.main(["check", "dukemtmcvidreid", "--data-root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "opened and decoded 12 image(s)" in out and "12 file(s) do not fit the layout:" in out
+    assert out.count("0002C5F0009X00007.jpg: expected an image that decodes") == 1
+
+
 def test_decode_progress_lines_have_an_eta(tmp_path, capsys):
     from reid_engine.data.datasets.check import find_undecodable_images
 

@@ -61,10 +61,15 @@ def list_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
 
 
 def walk_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
-    """:func:`list_files` of ``folder`` and of every folder below it (hidden and system ones left out), sorted by path."""
+    """:func:`list_files` of ``folder`` and of every folder below it, sorted by path.
+
+    Hidden and system folders are left out; links to folders are not followed (as
+    ``os.walk``), so a link loop cannot recurse forever.
+    """
     found = list_files(folder, extensions, dataset)
     for name in visible_entries(folder)[1]:
-        found.extend(walk_files(os.path.join(folder, name), extensions, dataset))
+        if not os.path.islink(os.path.join(folder, name)):
+            found.extend(walk_files(os.path.join(folder, name), extensions, dataset))
     return sorted(found)
 
 

@@ -77,3 +77,11 @@ def test_own_folders_and_csv_lists_leave_them_out(tmp_path):
                                            "train/alice/._alice_c1_1.jpg,alice,1\n__MACOSX/train/bob/._bob_c2_1.jpg,bob,2\n"
                                            "train/bob/bob_c2_1.jpg,bob,2\n")
     assert parsed("ImageFolder:shop", root) == clean
+
+
+def test_walking_a_tree_does_not_follow_folder_links(tmp_path):
+    root = str(tmp_path)
+    test_folder_names.BUILDERS["Shinpuhkan"](root)
+    clean = parsed("Shinpuhkan", root)
+    os.symlink(os.path.join(root, "shinpuhkan"), os.path.join(root, "shinpuhkan", "0001", "loop"))
+    assert parsed("Shinpuhkan", root) == clean  # as os.walk did: no loop, no double images
