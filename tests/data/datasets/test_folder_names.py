@@ -137,3 +137,10 @@ def test_sensereid_probe_folder_in_either_spelling(tmp_path):
     touch_all(os.path.join(root, "SenseReID", "test_gallery"), ["0007_1.jpg", "0042_1.jpg"])
     assert len(get_dataset("SenseReID", root).train) == 3  # fast-reid's set, which spells it test_prob
     assert len(get_dataset("sensereid", root, key="DATASETS.TESTS").query) == 1
+
+
+def test_find_dataset_dir_reads_the_table_when_given_no_names(tmp_path):
+    from reid_engine.data.datasets.paths import find_dataset_dir
+
+    os.makedirs(os.path.join(str(tmp_path), "veri"))
+    assert find_dataset_dir(str(tmp_path), "VeRi", None, "image_train/") == os.path.join(str(tmp_path), "veri")
