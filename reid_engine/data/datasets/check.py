@@ -111,7 +111,8 @@ def _decode(path: str) -> None:
     with Image.open(path) as image:
         if image.format == "JPEG":
             # Decode at 1/8 scale: every coded byte is still read (a truncated file still
-            # fails), at a fraction of the cost of the full image.
+            # fails), and the inverse DCT and colour conversion get cheaper (about 1.2x on
+            # 256x128 crops, more on large images).
             image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
         image.load()
 
