@@ -62,3 +62,24 @@ def _restore_loggers_after_module():
 def _restore_loggers_after_test():
     with _loggers_restored():
         yield
+
+
+# The fast tier (`pytest -m "not slow"`) stays fast only if slow tests are marked: an unmarked
+# test over this many seconds (setup + call + teardown) is named at the end of the run.
+UNMARKED_SLOW_SECONDS = 5.0
+_unmarked_slow = {}
+
+
+def pytest_runtest_logreport(report):
+    """Add up each unmarked test's phases, to name the slow ones in the terminal summary."""
+    if "slow" not in report.keywords:
+        _unmarked_slow[report.nodeid] = _unmarked_slow.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name the unmarked tests that took longer than UNMARKED_SLOW_SECONDS (a hint, never a failure)."""
+    slow = sorted(((t, n) for n, t in _unmarked_slow.items() if t > UNMARKED_SLOW_SECONDS), reverse=True)
+    if slow:
+        terminalreporter.write_sep("-", f"unmarked tests over {UNMARKED_SLOW_SECONDS:g} s: mark them @pytest.mark.slow")
+        for seconds, nodeid in slow:
+            terminalreporter.write_line(f"{seconds:6.1f} s  {nodeid}")

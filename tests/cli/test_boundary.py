@@ -85,6 +85,7 @@ def test_invalid_synthetic_settings_are_a_usage_error(capsys):
     _one_error_line(capsys.readouterr().err, "reid-make-synthetic", "num_cameras")
 
 
+@pytest.mark.slow
 def test_benchmark_lists_runs_and_names_the_choices(capfd, monkeypatch, tmp_path):
     assert benchmark.main([]) == 0
     names = capfd.readouterr().out.split()
@@ -100,6 +101,7 @@ def test_benchmark_lists_runs_and_names_the_choices(capfd, monkeypatch, tmp_path
     _one_error_line(capfd.readouterr().err, "reid-benchmark", "no benchmark folder found", "source checkout")
 
 
+@pytest.mark.slow
 def test_missing_matplotlib_is_one_clear_line(monkeypatch, tmp_path, capsys, tiny_config_file):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
     assert visualize.main(["--config-file", tiny_config_file, "--output", str(tmp_path)]) == 1

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from reid_engine.cli import data
 from tests.conftest import REPO_ROOT
 from tests.data.datasets.fake_trees import image_bytes, make_market, make_viper_images, touch, write, write_image
@@ -69,6 +71,7 @@ def test_missing_dataset_and_unknown_name(tmp_path, capsys):
     assert "did you mean Market1501" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_tools_wrapper_exit_status(tmp_path):
     base = make_market(str(tmp_path))
     touch(os.path.join(base, "query", "holiday.jpg"))

@@ -42,6 +42,7 @@ def test_help_exits_0_and_names_the_command(name, capsys):
     assert out.startswith(f"usage: {name} ") and "--debug" in out
 
 
+@pytest.mark.slow
 def test_train_help_lists_every_flag():
     proc = run_cli(["--help"])  # tools/train_net.py, as the README shows it
     assert proc.returncode == 0

@@ -29,6 +29,7 @@ def one_worker_file(tiny_config_file, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_npz_contents_follow_the_split_order(one_worker_file, query_items, tiny_predictor):
     with np.load(one_worker_file, allow_pickle=False) as data:
         assert sorted(data.files) == ["camids", "features", "paths", "pids", "source"]
@@ -46,6 +47,7 @@ def test_npz_contents_follow_the_split_order(one_worker_file, query_items, tiny_
     np.testing.assert_allclose(features[7], expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_workers_write_the_same_file(one_worker_file, tiny_config_file, tmp_path):
     out = str(tmp_path / "query_2w.npz")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT)

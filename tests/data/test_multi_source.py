@@ -251,6 +251,7 @@ def test_dg_config_loads_and_names_known_sets():
     assert per_share >= len(cfg.DATASETS.NAMES)
 
 
+@pytest.mark.slow
 def test_two_source_training_run_sees_both_domains(sources_root, tmp_path):
     from reid_engine.engine.defaults import DefaultTrainer
 

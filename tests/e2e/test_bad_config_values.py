@@ -83,6 +83,7 @@ def test_wrong_value_is_one_error_line_and_keeps_output_dir(tmp_path, earlier_ru
     _check_refused(exit_code, capsys.readouterr().err, out, tmp_path, before, key, shows)
 
 
+@pytest.mark.slow
 def test_wrong_value_in_a_separate_process(tmp_path, earlier_run):
     out, before = earlier_run
     key, value, shows = CASES[0]

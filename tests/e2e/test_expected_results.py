@@ -1,9 +1,14 @@
 """A run whose results miss TEST.EXPECTED_RESULTS exits non-zero and says which metric missed."""
 import os
 
+import pytest
+
 from tests.conftest import run_cli
 
 from .test_train_net import tiny_args
+
+# Real command lines in fresh interpreters: seconds each, so the whole module is in the slow tier.
+pytestmark = pytest.mark.slow
 
 
 def test_missed_expectation_exits_non_zero_and_keeps_the_run(data_root, tmp_path):

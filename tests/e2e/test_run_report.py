@@ -4,6 +4,7 @@ import os
 import re
 import shlex
 
+import pytest
 from PIL import Image
 
 from reid_engine.data.synthetic import TINY_SPEC, ensure_synthetic_reid
@@ -11,6 +12,9 @@ from reid_engine.data.synthetic import generator as generator_module
 from reid_engine.inference.rank_figures import rank_figure_size
 from tests.conftest import REPO_ROOT, run_cli
 from tests.e2e.test_train_net import copypaste_results, metrics_by_iter, tiny_args
+
+# Real command lines in fresh interpreters: seconds each, so the whole module is in the slow tier.
+pytestmark = pytest.mark.slow
 
 NO_MATPLOTLIB_LINE = "TEST.RANK_VIS: matplotlib is not installed; ranks.png skipped (pip install matplotlib)"
 

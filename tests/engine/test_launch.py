@@ -131,6 +131,7 @@ def test_occupied_default_port_is_a_clear_error():
             launch(_record_pid_main, 2, args=([],))
 
 
+@pytest.mark.slow
 def test_ddp_two_gloo_workers_end_with_equal_weights(tmp_path):
     launch(ddp_train_main, 2, dist_url="auto", args=(str(tmp_path),), backend="gloo")
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
@@ -149,6 +150,7 @@ def test_ddp_two_gloo_workers_end_with_equal_weights(tmp_path):
         assert not torch.equal(ref, initial[key])
 
 
+@pytest.mark.slow
 def test_jobs_in_separate_processes(tmp_path):
     """Two 'machines', a failing worker and a torchrun-style job, run side by side."""
     machines_dir, fail_dir, torchrun_dir = (tmp_path / n for n in ("machines", "fail", "torchrun"))

@@ -4,9 +4,12 @@ import logging
 import math
 import os
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_video_training_runs_end_to_end(tmp_path):
     from reid_engine.config import get_cfg
     from reid_engine.engine.defaults import DefaultTrainer

@@ -2,6 +2,7 @@
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -57,6 +58,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_gloo_workers_equal_one(tmp_path):
     out_path = str(tmp_path / "results.pth")
     mp.spawn(_worker, args=(_free_port(), out_path), nprocs=WORLD, join=True)

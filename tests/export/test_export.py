@@ -27,6 +27,7 @@ def _reference(tiny_predictor, images):
     return _features(tiny_predictor.model, images)
 
 
+@pytest.mark.slow
 def test_torchscript_equals_pytorch_on_another_batch_size(exported, tiny_predictor):
     assert exported["torchscript"]["max_abs_diff"] <= 1e-4
     images = export.random_images(5, (64, 32), "uint8", seed=7)
@@ -145,6 +146,7 @@ def _export_logs(caplog, monkeypatch):
     return caplog
 
 
+@pytest.mark.slow
 def test_repvgg_export_is_fused_and_equals_the_unfused_model(repvgg_model, data_root, tmp_path, caplog, monkeypatch):
     logs = _export_logs(caplog, monkeypatch)
     results = export.export_model(_repvgg_cfg(data_root), str(tmp_path), model=repvgg_model)

@@ -23,6 +23,7 @@ def tool():
     return types.SimpleNamespace(**{k: v for k, v in names.items() if not k.startswith("__")})
 
 
+@pytest.mark.slow
 def test_pngs_are_written_with_the_expected_size(tool, data_root, tiny_checkpoint, tiny_predictor, tmp_path):
     out = str(tmp_path / "vis")
     written = tool.visualize(tiny_cfg(data_root, tiny_checkpoint), out, query_indices=[3], worst=2, topk=6,

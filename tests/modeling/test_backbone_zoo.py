@@ -53,6 +53,7 @@ def build(name, depth, extra, seed=0):
     return BACKBONE_REGISTRY.build(name, backbone_cfg(name, depth, extra))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,depth,extra", ZOO, ids=IDS)
 def test_forward_backward_at_a_non_square_size(name, depth, extra):
     model = build(name, depth, extra).train()
@@ -66,6 +67,7 @@ def test_forward_backward_at_a_non_square_size(name, depth, extra):
     assert any(g.abs().sum() > 0 for g in grads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,depth,extra", ZOO, ids=IDS)
 def test_state_dict_round_trip(name, depth, extra):
     source = build(name, depth, extra, seed=1).eval()
@@ -84,6 +86,7 @@ def test_state_dict_round_trip(name, depth, extra):
         torch.testing.assert_close(target(images), source(images), rtol=0, atol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,depth,extra", ZOO, ids=IDS)
 def test_smoke_config_trains_without_nan(name, depth, extra, data_root):
     cfg = get_cfg()

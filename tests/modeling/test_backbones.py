@@ -42,6 +42,7 @@ def test_stem_and_map_sizes_at_256x128_match_fastreid(last_stride, final):
     assert tuple(out.shape[-2:]) == final
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, opts", [
     ("18x", {"LAST_STRIDE": 1}),
     ("18x", {"LAST_STRIDE": 2}),
@@ -77,6 +78,7 @@ def test_resnet50_with_every_option_forward_and_non_local_positions():
                      "layer3.4", "NL_3.1", "layer3.5", "NL_3.2"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, blocks", [("101x", (3, 4, 23, 3)), ("152x", (3, 8, 36, 3))])
 def test_deep_resnets_are_built_without_running(depth, blocks):
     model = _backbone(depth)
@@ -176,6 +178,7 @@ def _torchvision_layout(model: ResNet, prefix=""):
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrap", ["plain", "state_dict+module"])
 def test_pretrained_torchvision_layout_round_trip(tmp_path, load_logs, wrap):
     torch.manual_seed(1)

@@ -76,6 +76,7 @@ def test_jsdiv_loss_equals_the_hand_computed_value():
     assert jsdiv_loss(student, student).item() == pytest.approx(0.0, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_distiller_loss_is_the_mean_js_divergence_to_eval_mode_teachers(teacher_files):
     config, weights, saved_teacher = teacher_files
     torch.manual_seed(0)
@@ -124,6 +125,7 @@ def test_vit_student_and_teacher_with_sie_get_the_batch_camids():
     assert abs(other_cameras[KD_LOSS_NAME].item() - losses[KD_LOSS_NAME].item()) > 1e-6
 
 
+@pytest.mark.slow
 def test_teachers_are_frozen_in_eval_mode_and_outside_the_state_dict(teacher_files):
     config, weights, _ = teacher_files
     model = build_model(_cfg(configs=[config], weights=[weights], ema=True))
@@ -146,6 +148,7 @@ def test_teachers_are_frozen_in_eval_mode_and_outside_the_state_dict(teacher_fil
     assert all(p.dtype == torch.float64 for p in teachers.parameters())
 
 
+@pytest.mark.slow
 def test_ema_teacher_starts_as_the_student_and_follows_the_formula():
     momentum = 0.9
     torch.manual_seed(0)
@@ -171,6 +174,7 @@ def test_ema_teacher_starts_as_the_student_and_follows_the_formula():
     assert moved > 10  # parameters and BN statistics changed
 
 
+@pytest.mark.slow
 def test_student_checkpoint_loads_into_a_plain_baseline(tmp_path, teacher_files, caplog):
     config, weights, _ = teacher_files
     cfg = _cfg(configs=[config], weights=[weights], ema=True)
@@ -200,6 +204,7 @@ def _error(cfg):
     return message
 
 
+@pytest.mark.slow
 def test_errors_name_the_key_and_the_fix(tmp_path, teacher_files):
     config, weights, _ = teacher_files
     missing = str(tmp_path / "nowhere.yml")
@@ -238,6 +243,7 @@ def _train(cfg, resume):
     return trainer
 
 
+@pytest.mark.slow
 def test_resume_through_the_trainer_is_exact(tmp_path, data_root):
     logging.getLogger("reid_engine").setLevel(logging.INFO)  # else DefaultTrainer sets up logging
     config, weights, _ = _save_teacher(tmp_path, num_classes=24)  # SyntheticReIDTiny's training ids

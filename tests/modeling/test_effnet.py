@@ -69,6 +69,7 @@ def test_every_row_is_b0_compound_scaled(depth):
         tuple(_round_width(w, width_mult) for w in b0.widths), _round_width(b0.head_w, width_mult))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", sorted(EFFNET_DEPTHS))
 def test_every_depth_builds_with_its_widths(depth):
     model = _build(depth)  # no forward: the big ones are slow
@@ -188,6 +189,7 @@ def _release(model, layout):
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["pycls", "torchvision", "timm"])
 def test_imagenet_release_layouts_load_completely(tmp_path, load_logs, layout):
     source = with_random_statistics(_build("b0", seed=3))

@@ -39,6 +39,7 @@ def test_channels_last_auto_follows_the_device_and_bad_values_are_clear():
         use_channels_last("yes", torch.device("cpu"))
 
 
+@pytest.mark.slow
 def test_compiled_model_trains_and_saves_eager_key_names(monkeypatch, tmp_path):
     """torch.compile in place (eager backend here: the graph capture is what is tested, and
     inductor's C++ build would take minutes on a CI machine)."""

@@ -51,6 +51,7 @@ def config_for(name):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FASTREID_CONFIGS))
 def test_state_dict_layout_equals_fastreid(name):
     reference = read_reference(name)
@@ -63,6 +64,7 @@ def test_state_dict_layout_equals_fastreid(name):
 
 # sbs_R50-ibn has every part (IBN, non-local, learnable GeM, CircleSoftmax, NECK_FEAT
 # after); bagtricks_R50 is the plain BoT model. build_model is the path MODEL.WEIGHTS uses.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bagtricks_R50", "sbs_R50-ibn"])
 def test_fastreid_checkpoint_loads_and_reproduces_embeddings(name, tmp_path, caplog):
     reference = read_reference(name)
@@ -101,6 +103,7 @@ def test_other_layouts_load_strictly(name):
 _POOL_OF = {name: opts["HEADS.POOL_LAYER"] for name, opts in FASTREID_CONFIGS.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(FASTREID_CONFIGS))
 def test_fastreid_checkpoint_gives_fastreid_embeddings(name, tmp_path):
     """A fast-reid checkpoint loaded through MODEL.WEIGHTS' Checkpointer gives the embeddings that
@@ -123,6 +126,7 @@ def test_fastreid_checkpoint_gives_fastreid_embeddings(name, tmp_path):
     assert (ours - expected).abs().max().item() <= 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bagtricks_R50", "sbs_R50-ibn"])
 def test_training_feature_follows_heads_neck_feat(name):
     """In training, the feature the triplet-type losses see is the pooled feature for NECK_FEAT

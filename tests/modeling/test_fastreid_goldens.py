@@ -67,6 +67,7 @@ def test_every_backbone_layout_has_a_golden():
     assert layouts == BACKBONE_LAYOUTS and len(layouts) == 14
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BACKBONE_LAYOUTS)
 def test_backbone_layout_and_outputs_equal_fastreid(name):
     cfg = _backbone_cfg(name)
@@ -100,6 +101,7 @@ def _model_cfg(config_file):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODEL_LAYOUTS))
 def test_model_checkpoint_loads_and_gives_fastreid_embeddings(name, tmp_path):
     cfg = _model_cfg(MODEL_LAYOUTS[name])

@@ -69,6 +69,7 @@ def _shapes(module):
     return {k: tuple(v.shape) for k, v in module.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_r50_ibn_layout_is_fastreids_and_gives_its_embeddings(tmp_path):
     cfg = get_cfg()
     cfg.merge_from_file(MGN_CONFIG)
@@ -138,6 +139,7 @@ def test_eval_feature_concatenates_the_eight_heads_in_fastreids_order(model):
     torch.testing.assert_close(features, torch.cat([expected[h] for h in MGN_TEST_ORDER], dim=1))
 
 
+@pytest.mark.slow
 def test_training_returns_fastreids_named_losses(model):
     losses = model(_batch())
     assert list(losses) == LOSS_NAMES
@@ -163,6 +165,7 @@ def test_loss_weights_and_feature_sets_are_fastreids():
     assert list(MGNLosses([tri])(outputs, targets)) == LOSS_NAMES[8:]
 
 
+@pytest.mark.slow
 def test_training_with_base_mgn_freeze_layers_keeps_trunk_and_branches_fixed_first():
     """A few SGD steps (the trainer raises on a non-finite loss) with Base-MGN's FREEZE_LAYERS
     frozen for 2 iterations: trunk and branches stay, the heads train, then all train."""
@@ -198,6 +201,7 @@ def test_training_with_base_mgn_freeze_layers_keeps_trunk_and_branches_fixed_fir
     assert all(torch.isfinite(v) for v in model(_batch(99, n=4)).values())
 
 
+@pytest.mark.slow
 def test_flops_count_the_three_branches(model):
     baseline = build(tiny_cfg("18x", **{"HEADS.EMBEDDING_DIM": EMBED}))
     assert count_flops(model, (HEIGHT, WIDTH)) > 1.5 * count_flops(baseline, (HEIGHT, WIDTH))

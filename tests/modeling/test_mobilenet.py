@@ -241,6 +241,7 @@ RELEASES = {  # release -> (builder, DEPTH, layout maker, our keys no release ho
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("release", sorted(RELEASES))
 def test_imagenet_release_layout_loads_every_tensor(release, tmp_path, load_logs):
     name, depth, layout, not_released = RELEASES[release]

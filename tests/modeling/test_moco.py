@@ -164,6 +164,7 @@ def two_worker_queue_main(out_dir):
     torch.save({"state": queue.state_dict(), "loss": losses[-1]}, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+@pytest.mark.slow
 def test_two_gloo_workers_fill_identical_queues_with_both_workers_features(tmp_path):
     launch(two_worker_queue_main, 2, dist_url="auto", args=(str(tmp_path),), backend="gloo")
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
@@ -207,6 +208,7 @@ def _trainer(out_dir, data_root, max_iter):
     return trainer
 
 
+@pytest.mark.slow
 def test_resume_through_default_trainer_is_exact(tmp_path):
     logging.getLogger("reid_engine").setLevel(logging.INFO)  # else DefaultTrainer sets up logging
     data_root, steps = str(tmp_path / "data"), 4

@@ -186,6 +186,7 @@ def _with_statistics(model):
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, opts, wrap", [
     ("x0_25", {}, None),
     ("x0_25", {"WITH_IBN": True}, "state_dict"),
@@ -204,6 +205,7 @@ def test_torchreid_imagenet_file_loads_with_every_tensor_matched(tmp_path, load_
     assert all(r.levelno < logging.WARNING for r in load_logs.records)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("file_depth, file_opts, depth, opts, names", [
     ("x0_25", {"WITH_IBN": True}, "x0_25", {},
      ("holds OSNet-IBN weights, but the backbone is OSNet ", "osnet_x0_25_imagenet.pth", "WITH_IBN True")),
@@ -230,6 +232,7 @@ def test_file_of_another_width_is_refused(tmp_path):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_file_of_another_family_names_both(tmp_path):
     resnet = build_backbone(tiny_cfg("18x"))
     resnet_file = tmp_path / "resnet18.pth"

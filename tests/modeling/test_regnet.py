@@ -59,6 +59,7 @@ def test_width_rule_gives_fastreids_stages(depth):
     assert regnet.regnet_stages(REGNET_DEPTHS[depth]) == FASTREID_STAGES[depth]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", sorted(FASTREID_STAGES))
 def test_every_depth_builds_with_fastreids_stages(depth):
     model = _build(depth)  # no forward: the big ones are slow
@@ -158,6 +159,7 @@ def _release(model, layout):
     return state
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["pycls", "torchvision", "timm"])
 def test_imagenet_release_layouts_load_completely(tmp_path, load_logs, layout):
     depth = "200y"  # projections and SE: every renamed part
@@ -167,6 +169,7 @@ def test_imagenet_release_layouts_load_completely(tmp_path, load_logs, layout):
     assert_loads_completely(NAME, depth, source, payload, tmp_path / f"regnet_{layout}.pth", load_logs)
 
 
+@pytest.mark.slow
 def test_file_of_other_widths_is_refused_in_one_line(tmp_path):
     """As torchvision's regnet_y_800mf is for 800y: the names fit, some widths do not."""
     state = _release(_build("200y"), "torchvision")

@@ -68,6 +68,7 @@ def _images(batch=2, height=64, width=32, seed=0):
 
 
 # ----------------------------------------------------------------------------- structure
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", sorted(EXPECTED))
 def test_every_depth_builds_with_its_widths_blocks_and_groups(depth):
     channels, blocks, groups = EXPECTED[depth]
@@ -172,6 +173,7 @@ def a0_source():
     return _randomize_norms(_backbone("A0"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["authors", "timm", "authors-wrapped"])
 def test_release_layouts_load_every_tensor(layout, a0_source, tmp_path, load_logs):
     if layout == "timm":
@@ -271,6 +273,7 @@ def test_a0_backbone_fusion_is_equivalent():
     assert (out - expected).abs().max().item() <= 1e-4 * max(1.0, expected.abs().max().item())
 
 
+@pytest.mark.slow
 def test_baseline_with_repvgg_gives_the_same_embeddings_fused(caplog):
     caplog.set_level(logging.INFO, logger=deploy_module.__name__)
     torch.manual_seed(0)

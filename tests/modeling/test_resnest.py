@@ -27,6 +27,7 @@ def resnest(depth="50x", **opts):
     return build(NAME, depth, **opts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, blocks, stem_width", [
     ("50x", (3, 4, 6, 3), 32), ("101x", (3, 4, 23, 3), 64),
     ("200x", (3, 24, 36, 3), 64), ("269x", (3, 30, 48, 8), 64),
@@ -40,6 +41,7 @@ def test_every_depth_builds_with_fastreid_blocks_and_stem(depth, blocks, stem_wi
     assert RESNEST_DEPTHS[depth] == (blocks, stem_width)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("last_stride, size", [(1, (4, 2)), (2, (2, 1))])
 def test_last_stride(last_stride, size):
     # 64x32 -> stem 32x16 -> max-pool (padding 1) 16x8 -> layer2 8x4 -> layer3 4x2 -> layer4
@@ -81,6 +83,7 @@ def test_split_attention_widths_and_weighting():
         torch.testing.assert_close(layer(x), splits.mean(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm, kind", [("GN", nn.GroupNorm), ("FrozenBN", FrozenBatchNorm2d),
                                         ("syncBN", nn.BatchNorm2d), ("GhostBN", GhostBatchNorm)])
 def test_norm_variants_reach_every_norm_layer(norm, kind):
@@ -95,6 +98,7 @@ def test_norm_variants_reach_every_norm_layer(norm, kind):
 
 
 # ------------------------------------------------------------------------------ ImageNet weights
+@pytest.mark.slow
 def test_release_layout_loads_every_tensor(tmp_path, load_logs):
     """The authors' resnest50-*.pth and timm's resnest50d use our names plus `fc`."""
     source = with_running_stats(resnest(seed=1))
@@ -104,6 +108,7 @@ def test_release_layout_loads_every_tensor(tmp_path, load_logs):
     assert_fully_loaded(source, loaded, path, load_logs)
 
 
+@pytest.mark.slow
 def test_another_family_file_names_both_families(tmp_path):
     path = save_release_file(build("build_resnet_backbone", "50x"), tmp_path / "resnet50.pth")
     with pytest.raises(WeightsFamilyError) as caught:
@@ -112,6 +117,7 @@ def test_another_family_file_names_both_families(tmp_path):
     assert "holds ResNet weights, but the backbone is ResNeSt" in message and "\n" not in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, depth", [
     ("build_resnext_backbone", "50x"),
     ("build_resnet_backbone", "101x"),

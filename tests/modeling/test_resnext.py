@@ -28,6 +28,7 @@ def resnext(depth="50x", **opts):
     return build(NAME, depth, **opts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth, blocks", [("50x", (3, 4, 6, 3)), ("101x", (3, 4, 23, 3)), ("152x", (3, 8, 36, 3))])
 def test_every_depth_builds_with_32x4d_bottlenecks(depth, blocks):
     model = resnext(depth)
@@ -89,6 +90,7 @@ def test_norm_variants_reach_every_norm_layer(norm, kind):
 
 
 # ------------------------------------------------------------------------------ ImageNet weights
+@pytest.mark.slow
 def test_torchvision_layout_loads_every_tensor(tmp_path, load_logs):
     """torchvision's / timm's resnext50_32x4d: the ResNet names, a grouped conv2, `fc`."""
     source = with_running_stats(resnext(seed=1))
@@ -122,6 +124,7 @@ def test_ibn_net_layout_loads_all_but_layer4_ibn_like_fastreid(tmp_path, load_lo
     assert "In the checkpoint but not used by the model (15):\n  layer4.0.bn1.{bias," in text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source_name, target_name, found, wanted", [
     ("build_resnet_backbone", NAME, "ResNet", "ResNeXt"),
     (NAME, "build_resnet_backbone", "ResNeXt", "ResNet"),

@@ -124,6 +124,7 @@ def test_base_layout_equals_fastreid_file():
 
 
 # "large" (ViT-L/16, 1024 wide, 24 blocks) is left out: initialising its 300M weights takes seconds
+@pytest.mark.slow
 @pytest.mark.parametrize("depth,width,blocks", [("small", 768, 8), ("base", 768, 12)])
 def test_every_depth_builds(depth, width, blocks):
     cfg = vit_cfg(depth)
@@ -143,6 +144,7 @@ def _timm_file(model, tmp_path, grid_side):
     return path, state
 
 
+@pytest.mark.slow
 def test_timm_file_loads_with_position_resize(tmp_path, monkeypatch):
     cfg = vit_cfg("small", STRIDE_SIZE=(12, 12))
     cfg.INPUT.SIZE_TRAIN = [64, 40]  # grid 5x3

@@ -52,6 +52,7 @@ def collectives_main(out_dir):
         json.dump(result, f)
 
 
+@pytest.mark.slow
 def test_collectives_in_two_gloo_workers(tmp_path):
     launch(collectives_main, 2, dist_url="auto", args=(str(tmp_path),))
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))

@@ -39,6 +39,7 @@ def all_files(folder):
                   for d, _, files in os.walk(folder) for f in files)
 
 
+@pytest.mark.slow
 def test_tiny_layout_names_and_counts(tiny_root):
     folder = os.path.join(tiny_root, "SyntheticReIDTiny")
     world = SyntheticWorld(TINY_SPEC)
@@ -70,6 +71,7 @@ def test_images_are_128x64_rgb_and_not_blank(tiny_root):
             assert np.asarray(img).std() > 10
 
 
+@pytest.mark.slow
 def test_same_seed_gives_byte_identical_files(tiny_root, tmp_path):
     generate_synthetic_reid(str(tmp_path / "again"), TINY_SPEC)
     first = os.path.join(tiny_root, "SyntheticReIDTiny")
