@@ -1,0 +1,120 @@
+"""--resume when the checkpoint last_checkpoint names is truncated, corrupt or missing: one
+warning line, then the newest loadable checkpoint of the folder; none loadable: one error line
+listing what was tried. Nothing in the folder is changed either way."""
+import logging
+import os
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+from reid_engine.utils import checkpoint as ckpt_module
+from reid_engine.utils.checkpoint import Checkpointer, NoLoadableCheckpointError, resume_candidates
+from tests.conftest import run_cli
+from tests.e2e.test_train_net import RUN_FAILURE, _assert_one_line_error, snapshot, tiny_args
+
+
+@pytest.fixture
+def warnings_seen(caplog):
+    log = logging.getLogger(ckpt_module.__name__)
+    saved = log.level, log.propagate
+    log.addHandler(caplog.handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    yield caplog
+    log.removeHandler(caplog.handler)
+    log.level, log.propagate = saved
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 4), nn.BatchNorm1d(4))
+
+
+@pytest.fixture
+def run_folder(tmp_path):
+    """model_0000009 (weights of seed 9), model_0000019 (seed 19, tagged last): {iteration: model}."""
+    out = tmp_path / "out"
+    models = {}
+    for it in (9, 19):
+        models[it] = _model(it)
+        Checkpointer(models[it], str(out)).save(f"model_{it:07d}", iteration=it)
+    assert (out / "last_checkpoint").read_text() == "model_0000019.pth"
+    return out, models
+
+
+def _same(a, b):
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def _damage(path, how):
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "bit flip":
+        data = bytearray(path.read_bytes())
+        weight = torch.load(path, weights_only=True)["model"]["0.weight"]
+        data[bytes(data).find(weight.numpy().tobytes()) + 3] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif how == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("how,label", [("truncated", "truncated or corrupt"), ("bit flip", "checksum mismatch"),
+                                       ("missing", "missing"), ("empty", "truncated or corrupt")])
+def test_damaged_last_checkpoint_falls_back_to_the_previous_one(run_folder, warnings_seen, how, label):
+    out, models = run_folder
+    _damage(out / "model_0000019.pth", how)
+    before = snapshot(out)
+    model = _model(0)
+    extra = Checkpointer(model, str(out)).resume_or_load("", resume=True)
+    assert extra["iteration"] == 9 and _same(model, models[9])
+    warnings = [r.getMessage() for r in warnings_seen.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0], warnings
+    assert "last_checkpoint names model_0000019.pth" in warnings[0]
+    assert "resuming from model_0000009.pth" in warnings[0] and f"model_0000019.pth ({label})" in warnings[0]
+    assert snapshot(out) == before  # the damaged file is left for the user to look at
+
+
+def test_nothing_loadable_is_one_error_listing_what_was_tried(run_folder):
+    out, _ = run_folder
+    _damage(out / "model_0000019.pth", "truncated")
+    _damage(out / "model_0000009.pth", "bit flip")
+    model, untouched = _model(0), _model(0)
+    with pytest.raises(NoLoadableCheckpointError) as err:
+        Checkpointer(model, str(out)).resume_or_load("", resume=True)
+    message = str(err.value)
+    assert "\n" not in message and err.value.exit_code == 1
+    assert "model_0000019.pth (truncated or corrupt), model_0000009.pth (checksum mismatch)" in message
+    assert str(out) in message and "--resume" in message
+    assert _same(model, untouched)  # nothing half-loaded
+
+
+def test_candidates_are_newest_first_with_final_and_best_placed_by_write_time(tmp_path):
+    names = ["model_0000009.pth", "model_0000019.pth", "model_final.pth", "model_0000029.pth", "model_best.pth",
+             "notes.pth", "model_0000039.pth.tmp"]
+    for age, name in enumerate(names):  # written in this order, oldest first
+        (tmp_path / name).write_bytes(b"x")
+        stamp = time.time() - 100 + age
+        os.utime(tmp_path / name, (stamp, stamp))
+    order = [os.path.basename(p) for p in resume_candidates(str(tmp_path))]
+    # model_final was written after model_0000019 (e.g. a finished run later resumed to a longer schedule).
+    assert order == ["model_best.pth", "model_0000029.pth", "model_final.pth", "model_0000019.pth",
+                     "model_0000009.pth"]
+
+
+@pytest.mark.slow
+def test_cli_resume_with_nothing_loadable_is_one_line(data_root, tmp_path):
+    """The real command: no traceback, exit 1, the folder as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model_0000008.pth").write_bytes(b"PK\x03\x04 cut short")
+    (out / "last_checkpoint").write_text("model_0000008.pth")
+    (out / "metrics.json").write_text('{"iteration": 7, "total_loss": 3.0}\n')
+    before = snapshot(out)
+    proc = run_cli(["--resume"] + tiny_args(data_root, out, "MODEL.BACKBONE.WIDTH_MULT", "0.25"))
+    _assert_one_line_error(proc, RUN_FAILURE, "no checkpoint in", "model_0000008.pth (truncated or corrupt)")
+    after = snapshot(out)
+    assert all(after[name] == data for name, data in before.items())
