@@ -34,7 +34,7 @@ from fvcore.common.checkpoint import PeriodicCheckpointer as _FvPeriodicCheckpoi
 from . import comm
 from .checksum import CHECKSUM_KEY, payload_checksum
 from .errors import USAGE_EXIT_CODE, ReidUserError
-from .file_io import AtomicWritePathManager, remove_stale_temp_files, write_failure
+from .file_io import AtomicWritePathManager, WriteErrorRecorder, remove_stale_temp_files, write_failure
 from .safe_load import (
     UNSAFE_LOAD_ENV,
     CheckpointError,
@@ -203,15 +203,19 @@ class Checkpointer(_FvCheckpointer):
         data[CHECKSUM_KEY] = payload_checksum(data)
         path = writing = os.path.join(self.save_dir, basename)
         self.logger.info("Saving checkpoint to %s", path)
+        recorder = None
         try:
             with self.path_manager.open(path, "wb") as f:
-                torch.save(data, f)
+                recorder = WriteErrorRecorder(f)
+                torch.save(data, recorder)
             writing = os.path.join(self.save_dir, "last_checkpoint")
             self.tag_last_checkpoint(basename)
-        except OSError as e:
-            if isinstance(e, ReidUserError):
+        except Exception as e:
+            # torch.save reports a failed write (disk full...) as a RuntimeError of its own.
+            cause = e if isinstance(e, OSError) else getattr(recorder, "error", None)
+            if cause is None or isinstance(e, ReidUserError):
                 raise
-            raise write_failure(writing, e, "checkpoint", then="then continue with --resume (the previous "
+            raise write_failure(writing, cause, "checkpoint", then="then continue with --resume (the previous "
                                 "checkpoints and last_checkpoint are unchanged)") from None
         remove_stale_temp_files(path)
         self._warn_if_unsafe(path)

@@ -25,6 +25,7 @@ __all__ = [
     "remove_stale_temp_files",
     "AtomicWritePathManager",
     "FileWriteError",
+    "WriteErrorRecorder",
     "write_failure",
     "check_writable_dir",
     "ensure_writable_dir",
@@ -85,6 +86,39 @@ def write_failure(path: str, err: OSError, what: str = "", then: str = "") -> Fi
     fix = _WRITE_FIX.get(err.errno, "check the folder's free space and permissions")
     return FileWriteError(f"cannot write {what + ' ' if what else ''}{path}: {_reason(err)}; "
                           f"{_free_space(path)} free there: {fix}{', ' + then if then else ''}")
+
+
+class WriteErrorRecorder:
+    """A writable file proxy that remembers the first OSError of a write or flush.
+
+    Writers such as ``torch.save`` turn the OSError of a failed write (ENOSPC, EFBIG...)
+    into their own RuntimeError; the recorded one still tells what happened.
+
+    Args:
+        f: the open file.
+    """
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+        self.error: "OSError | None" = None
+
+    def _recorded(self, method: Callable, *args: Any) -> Any:
+        try:
+            return method(*args)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def write(self, data: Any) -> int:
+        """Write `data` to the file (recording a failure)."""
+        return self._recorded(self._f.write, data)
+
+    def flush(self) -> None:
+        """Flush the file (recording a failure)."""
+        self._recorded(self._f.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
 
 
 def check_writable_dir(path: str, key: str) -> None:

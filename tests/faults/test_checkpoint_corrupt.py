@@ -11,8 +11,7 @@ import torch.nn as nn
 
 from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.checkpoint import Checkpointer, NoLoadableCheckpointError, resume_candidates
-from tests.conftest import run_cli
-from tests.e2e.test_train_net import RUN_FAILURE, _assert_one_line_error, snapshot, tiny_args
+from tests.e2e.test_train_net import RUN_FAILURE, snapshot, tiny_args
 
 
 @pytest.fixture
@@ -105,16 +104,20 @@ def test_candidates_are_newest_first_with_final_and_best_placed_by_write_time(tm
                      "model_0000009.pth"]
 
 
-@pytest.mark.slow
-def test_cli_resume_with_nothing_loadable_is_one_line(data_root, tmp_path):
-    """The real command: no traceback, exit 1, the folder as it was."""
+def test_cli_resume_with_nothing_loadable_is_one_line(data_root, tmp_path, capsys):
+    """`reid-train --resume` (in-process: the command's own error boundary): no traceback, exit 1,
+    the folder as it was."""
+    from reid_engine.cli.train import main
+
     out = tmp_path / "out"
     out.mkdir()
     (out / "model_0000008.pth").write_bytes(b"PK\x03\x04 cut short")
     (out / "last_checkpoint").write_text("model_0000008.pth")
     (out / "metrics.json").write_text('{"iteration": 7, "total_loss": 3.0}\n')
     before = snapshot(out)
-    proc = run_cli(["--resume"] + tiny_args(data_root, out, "MODEL.BACKBONE.WIDTH_MULT", "0.25"))
-    _assert_one_line_error(proc, RUN_FAILURE, "no checkpoint in", "model_0000008.pth (truncated or corrupt)")
+    assert main(["--resume"] + tiny_args(data_root, out, "MODEL.BACKBONE.WIDTH_MULT", "0.25")) == RUN_FAILURE
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("reid-train: error: --resume: no checkpoint in"), err
+    assert "model_0000008.pth (truncated or corrupt)" in err[0]
     after = snapshot(out)
     assert all(after[name] == data for name, data in before.items())
