@@ -62,3 +62,19 @@ def _restore_loggers_after_module():
 def _restore_loggers_after_test():
     with _loggers_restored():
         yield
+
+
+@contextlib.contextmanager
+def records_of(caplog, name):
+    """Route the records of logger `name` (INFO and up) to `caplog`, each once, even if an app
+    logger stopped its propagation; the logger is put back afterwards."""
+    log = logging.getLogger(name)
+    saved = log.level, log.propagate
+    log.addHandler(caplog.handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # each record once, whatever the root logger does
+    try:
+        yield caplog
+    finally:
+        log.removeHandler(caplog.handler)
+        log.level, log.propagate = saved

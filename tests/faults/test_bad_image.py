@@ -16,6 +16,7 @@ from reid_engine.data import build as build_module
 from reid_engine.data.build import build_reid_train_loader, check_data_config
 from reid_engine.data.common import ImageReadError
 from reid_engine.utils.errors import ReidUserError
+from tests.conftest import records_of
 
 IDS, PER_ID = 4, 4
 
@@ -49,14 +50,8 @@ def root(clean_root, tmp_path):
 
 @pytest.fixture
 def loader_logs(caplog):
-    log = logging.getLogger(build_module.__name__)
-    saved = log.level, log.propagate
-    log.addHandler(caplog.handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    yield caplog
-    log.removeHandler(caplog.handler)
-    log.level, log.propagate = saved
+    with records_of(caplog, build_module.__name__):
+        yield caplog
 
 
 def _cfg(root, workers=0, policy="error"):

@@ -11,19 +11,14 @@ import torch.nn as nn
 
 from reid_engine.utils import checkpoint as ckpt_module
 from reid_engine.utils.checkpoint import Checkpointer, NoLoadableCheckpointError, resume_candidates
+from tests.conftest import records_of
 from tests.e2e.test_train_net import RUN_FAILURE, snapshot, tiny_args
 
 
 @pytest.fixture
 def warnings_seen(caplog):
-    log = logging.getLogger(ckpt_module.__name__)
-    saved = log.level, log.propagate
-    log.addHandler(caplog.handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    yield caplog
-    log.removeHandler(caplog.handler)
-    log.level, log.propagate = saved
+    with records_of(caplog, ckpt_module.__name__):
+        yield caplog
 
 
 def _model(seed):

@@ -19,19 +19,14 @@ from reid_engine.utils.checkpoint import (
 )
 from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.file_io import AtomicWritePathManager
+from tests.conftest import records_of
 
 
 @pytest.fixture
 def logs(caplog):
     """Records of the checkpoint logger, even if an app logger stopped propagation."""
-    log = logging.getLogger(ckpt_module.__name__)
-    saved = log.level, log.propagate
-    log.addHandler(caplog.handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # each record once, whatever the root logger does
-    yield caplog
-    log.removeHandler(caplog.handler)
-    log.level, log.propagate = saved
+    with records_of(caplog, ckpt_module.__name__):
+        yield caplog
 
 
 def _model(seed=0, out=3):
