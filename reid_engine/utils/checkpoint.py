@@ -167,7 +167,7 @@ class Checkpointer(_FvCheckpointer):
             save_to_disk = comm.is_main_process()
         super().__init__(model, save_dir, save_to_disk=save_to_disk, **checkpointables)
         self.logger = logger
-        # fvcore writes the file and last_checkpoint through this manager: atomically.
+        # save() and fvcore's tag_last_checkpoint write through this manager: atomically.
         self.path_manager = AtomicWritePathManager()
         self.allow_unsafe_load = allow_unsafe_load
         self._source = ""

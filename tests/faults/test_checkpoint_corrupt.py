@@ -47,7 +47,7 @@ def _damage(path, how):
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     elif how == "bit flip":
         data = bytearray(path.read_bytes())
-        weight = torch.load(path, weights_only=True)["model"]["0.weight"]
+        weight = max(torch.load(path, weights_only=True)["model"].values(), key=lambda t: t.numel())
         data[bytes(data).find(weight.numpy().tobytes()) + 3] ^= 0x01
         path.write_bytes(bytes(data))
     elif how == "missing":
@@ -116,3 +116,24 @@ def test_cli_resume_with_nothing_loadable_is_one_line(data_root, tmp_path, capsy
     assert "model_0000008.pth (truncated or corrupt)" in err[0]
     after = snapshot(out)
     assert all(after[name] == data for name, data in before.items())
+
+
+@pytest.mark.slow
+def test_command_resumes_from_the_newest_loadable_checkpoint(data_root, tmp_path):
+    """`reid-train --resume` (in-process) after the final and the last periodic checkpoint of a
+    run were damaged: it continues from the one before, at the right iteration."""
+    from reid_engine.cli.train import main
+
+    out = tmp_path / "out"
+    args = tiny_args(data_root, out, "MODEL.BACKBONE.WIDTH_MULT", "0.25", "DATASETS.TESTS", "()")
+    assert main(args + ["SOLVER.MAX_EPOCH", "2"]) == 0  # 9 iterations an epoch: model_0000008, _0000017, _final
+    _damage(out / "model_final.pth", "truncated")
+    _damage(out / "model_0000017.pth", "bit flip")
+    assert main(["--resume"] + args + ["SOLVER.MAX_EPOCH", "3"]) == 0
+    log = (out / "log.txt").read_text()
+    assert ("last_checkpoint names model_final.pth, which cannot be loaded; resuming from model_0000008.pth"
+            in log)
+    assert "skipped: model_final.pth (truncated or corrupt), model_0000017.pth (checksum mismatch)" in log
+    assert "Starting training from iteration 9" in log
+    assert (out / "last_checkpoint").read_text() == "model_final.pth"
+    assert torch.load(out / "model_final.pth", weights_only=True)["iteration"] == 26
