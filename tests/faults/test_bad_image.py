@@ -192,3 +192,27 @@ def test_command_with_skip_trains_on_and_logs(root, tmp_path, capsys):
     assert "1 unreadable training image(s) replaced so far" in log
     assert (out / "model_final.pth").exists()
     assert len(list((root / "tiny" / "train").rglob("*.jpg"))) == items_before  # nothing removed
+
+
+def test_skip_replaces_a_tracklet_with_an_unreadable_frame(clean_root, tmp_path):
+    from reid_engine.data.tracklets import TrainTrackletSet
+    from reid_engine.data.transforms import build_transforms
+
+    frames = sorted(str(p) for p in (clean_root / "tiny" / "train").rglob("*.jpg"))
+    by_pid = {}
+    for path in frames:
+        by_pid.setdefault(int(os.path.basename(os.path.dirname(path))), []).append(path)
+    # Two 2-frame tracklets per identity; the first frame of tracklet 0 is replaced by a broken file.
+    items = [(tuple(paths[i:i + 2]), pid - 1, 0) for pid, paths in sorted(by_pid.items()) for i in (0, 2)]
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"not an image")
+    items[0] = ((str(broken), items[0][0][1]), items[0][1], 0)
+    cfg = _cfg(tmp_path)
+    options = {"seq_len": 2, "method": "evenly", "domain_names": ["VideoSet"]}
+    dataset = TrainTrackletSet(items, build_transforms(cfg, is_train=True), IDS, 1, on_bad_image="skip", **options)
+    sample = dataset[(0, (7, 0, 0))]
+    assert sample["target"] == items[0][1] and sample["image"].shape[0] == 2
+    assert sample["bad_images"] == [(str(broken), "training item 0 (VideoSet)", sample["bad_images"][0][2])]
+    strict = TrainTrackletSet(items, build_transforms(cfg, is_train=True), IDS, 1, **options)
+    with pytest.raises(ImageReadError, match=r"broken\.jpg.*training item 0 \(VideoSet\)"):
+        strict[(0, (7, 0, 0))]
