@@ -370,12 +370,19 @@ def resume_candidates(save_dir: str) -> List[str]:
             if match.group("iter") is not None:
                 periodic.append((int(match.group("iter")), path))
             else:
-                others.append((os.path.getmtime(path), name.endswith("_final.pth"), path))
+                others.append((_mtime(path), name.endswith("_final.pth"), path))
     ordered = [path for _, path in sorted(periodic, reverse=True)]
     for mtime, _, path in sorted(others):  # oldest first: each insert goes before the newer ones
-        position = next((i for i, p in enumerate(ordered) if os.path.getmtime(p) <= mtime), len(ordered))
+        position = next((i for i, p in enumerate(ordered) if _mtime(p) <= mtime), len(ordered))
         ordered.insert(position, path)
     return ordered
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.path.getmtime(path)
+    except OSError:  # deleted meanwhile: sorts last
+        return float("-inf")
 
 
 def _failure_label(error: Exception) -> str:
