@@ -83,3 +83,29 @@ def test_cli_file_size_limit_mid_training(data_root, tmp_path):
     assert not target.exists() and _leftovers(out) == []
     assert (out / "last_checkpoint").read_text() == "model_0000004.pth"
     assert "Starting training from iteration 0" in (out / "log.txt").read_text()  # the run did get going
+
+
+def test_metrics_write_failure_is_one_line_and_keeps_earlier_lines(tmp_path):
+    from reid_engine.utils.events import EventStorage, JSONWriter
+
+    path = tmp_path / "metrics.json"
+    path.write_text('{"iteration": 4, "total_loss": 2.5}\n')
+    writer = JSONWriter(str(path))
+    real = writer._file_handle
+
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    writer._file_handle = FullDisk()
+    with EventStorage(5) as storage:
+        storage.put_scalar("total_loss", 1.5)
+        with pytest.raises(FileWriteError) as err:
+            writer.write()
+    real.close()
+    assert str(err.value).startswith(f"cannot write metrics to {path}: No space left on device (ENOSPC); ")
+    assert " free there: " in str(err.value)
+    assert path.read_text() == '{"iteration": 4, "total_loss": 2.5}\n'
