@@ -215,8 +215,10 @@ class Checkpointer(_FvCheckpointer):
             cause = e if isinstance(e, OSError) else getattr(recorder, "error", None)
             if cause is None or isinstance(e, ReidUserError):
                 raise
-            raise write_failure(writing, cause, "checkpoint", then="then continue with --resume (the previous "
-                                "checkpoints and last_checkpoint are unchanged)") from None
+            written = recorder.written if recorder is not None and writing == path else 0
+            raise write_failure(writing, cause, "checkpoint", written=written,
+                                then="then continue with --resume (the previous checkpoints and last_checkpoint "
+                                "are unchanged)") from None
         remove_stale_temp_files(path)
         self._warn_if_unsafe(path)
 

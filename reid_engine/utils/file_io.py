@@ -48,20 +48,24 @@ class FileWriteError(ReidUserError, OSError):
     the message names the path, the reason and the free space."""
 
 
+def _human_size(num_bytes: float) -> str:
+    """``"1.5 GiB"``, ``"512 B"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num_bytes < 1024 or unit == "GiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return ""  # not reached
+
+
 def _free_space(path: str) -> str:
     """Free space of the file system holding `path` (or its nearest existing parent), e.g. "1.5 GiB"."""
     folder = os.path.abspath(path)
     while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
     try:
-        free = float(shutil.disk_usage(folder).free)
+        return _human_size(float(shutil.disk_usage(folder).free))
     except OSError:
         return "unknown space"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if free < 1024 or unit == "GiB":
-            return f"{free:.0f} {unit}" if unit == "B" else f"{free:.1f} {unit}"
-        free /= 1024
-    return ""  # not reached
 
 
 def _reason(err: OSError) -> str:
@@ -71,7 +75,7 @@ def _reason(err: OSError) -> str:
     return f"{reason} ({name})" if name else reason
 
 
-def write_failure(path: str, err: OSError, what: str = "", then: str = "") -> FileWriteError:
+def write_failure(path: str, err: OSError, what: str = "", then: str = "", written: int = 0) -> FileWriteError:
     """The one-line error for a write of `path` that failed with `err`.
 
     Args:
@@ -79,13 +83,15 @@ def write_failure(path: str, err: OSError, what: str = "", then: str = "") -> Fi
         err: the OSError the write raised.
         what: what the file is ("checkpoint"), first words of the message.
         then: what follows the fix (e.g. "then continue with --resume").
+        written: bytes of the file written before the failure (named when > 0).
 
     Returns:
         FileWriteError: to raise (``from None``: the message says it all).
     """
     fix = _WRITE_FIX.get(err.errno, "check the folder's free space and permissions")
-    return FileWriteError(f"cannot write {what + ' ' if what else ''}{path}: {_reason(err)}; "
-                          f"{_free_space(path)} free there: {fix}{', ' + then if then else ''}")
+    progress = f" after {_human_size(written)} of it" if written > 0 else ""
+    return FileWriteError(f"cannot write {what + ' ' if what else ''}{path}: {_reason(err)}{progress}; "
+                          f"{_free_space(path)} free there now: {fix}{', ' + then if then else ''}")
 
 
 class WriteErrorRecorder:
@@ -101,6 +107,7 @@ class WriteErrorRecorder:
     def __init__(self, f: IO[bytes]):
         self._f = f
         self.error: "OSError | None" = None
+        self.written = 0  # bytes accepted by the file
 
     def _recorded(self, method: Callable, *args: Any) -> Any:
         try:
@@ -111,7 +118,9 @@ class WriteErrorRecorder:
 
     def write(self, data: Any) -> int:
         """Write `data` to the file (recording a failure)."""
-        return self._recorded(self._f.write, data)
+        count = self._recorded(self._f.write, data)
+        self.written += count or 0
+        return count
 
     def flush(self) -> None:
         """Flush the file (recording a failure)."""
@@ -232,9 +241,18 @@ def atomic_write(path: str, write_fn: Callable[[IO[bytes]], None]) -> None:
     Args:
         path: the final file name.
         write_fn: called with the open binary temporary file; writes the content.
+
+    Raises:
+        FileWriteError: the write failed (disk full, quota, size limit, permissions): one
+            line naming the path and the free space; `path` keeps its old content.
     """
-    with atomic_open(path, "wb") as f:
-        write_fn(f)
+    try:
+        with atomic_open(path, "wb") as f:
+            write_fn(f)
+    except OSError as e:
+        if isinstance(e, ReidUserError) or e.errno is None:
+            raise
+        raise write_failure(path, e) from None
 
 
 def atomic_write_text(path: str, text: str) -> None:
