@@ -64,6 +64,22 @@ def _restore_loggers_after_test():
         yield
 
 
+@contextlib.contextmanager
+def records_of(caplog, name):
+    """Route the records of logger `name` (INFO and up) to `caplog`, each once, even if an app
+    logger stopped its propagation; the logger is put back afterwards."""
+    log = logging.getLogger(name)
+    saved = log.level, log.propagate
+    log.addHandler(caplog.handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # each record once, whatever the root logger does
+    try:
+        yield caplog
+    finally:
+        log.removeHandler(caplog.handler)
+        log.level, log.propagate = saved
+
+
 # The fast tier (`pytest -m "not slow"`) stays fast only if slow tests are marked: an unmarked
 # test over this many seconds (setup + call + teardown) is named at the end of the run.
 UNMARKED_SLOW_SECONDS = 5.0

@@ -203,6 +203,11 @@ _C.DATALOADER.SAMPLER_TRAIN = "TrainingSampler"
 _C.DATALOADER.NUM_INSTANCE = 4  # K images per identity in a P x K batch
 _C.DATALOADER.NUM_WORKERS = 8
 _C.DATALOADER.SET_WEIGHT = []
+# (ours) A training image that cannot be read (missing, truncated, not an image): "error" stops
+# the run with one line naming the file, its training set and its index; "skip" replaces it by
+# another image of the same identity (P x K batches keep their shape) and logs the count and the
+# first paths. Evaluation always needs every image.
+_C.DATALOADER.ON_BAD_IMAGE = "error"
 
 # ---------------------------------------------------------------------------- #
 # Solver

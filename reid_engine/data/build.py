@@ -18,7 +18,7 @@ from reid_engine.config import ConfigError
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
-from .common import ImageItemSet, TrainImageSet, sample_rng
+from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet, sample_rng
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
@@ -55,6 +55,9 @@ def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     }
     if "domain" in samples[0]:
         batch["domains"] = torch.tensor([s["domain"] for s in samples], dtype=torch.int64)
+    bad = [entry for s in samples for entry in s.get("bad_images", ())]
+    if bad:  # images DATALOADER.ON_BAD_IMAGE skip replaced; the loader logs and removes them
+        batch["bad_images"] = bad
     return batch
 
 
@@ -121,6 +124,39 @@ def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
     return kwargs
 
 
+class BadImageLog:
+    """Counts and logs the unreadable training images DATALOADER.ON_BAD_IMAGE skip replaced.
+
+    The first few are logged one line each when seen; at the end of each epoch that
+    replaced any, one line gives the count so far and the first paths.
+
+    Args:
+        num_items: training items (an epoch).
+        global_batch: images per step over all workers.
+    """
+
+    SHOWN = 5
+
+    def __init__(self, num_items: int, global_batch: int):
+        self.batches_per_epoch = max(1, num_items // max(1, global_batch))
+        self.count = 0
+        self.first: List[str] = []
+        self._count_at_last_summary = 0
+
+    def add(self, entries: Sequence[Tuple[str, str, str]], num_batches: int) -> None:
+        """Record the ``(path, where, reason)`` entries of the batch number ``num_batches``."""
+        for path, where, reason in entries:
+            self.count += 1
+            if len(self.first) < self.SHOWN:
+                self.first.append(path)
+                logger.warning("DATALOADER.ON_BAD_IMAGE skip: cannot read image '%s', %s (%s); replaced by "
+                               "another image of the same identity", path, where, reason)
+        if num_batches % self.batches_per_epoch == 0 and self.count > self._count_at_last_summary:
+            self._count_at_last_summary = self.count
+            logger.warning("%d unreadable training image(s) replaced so far (DATALOADER.ON_BAD_IMAGE skip), "
+                           "first: %s", self.count, ", ".join(self.first))
+
+
 class TrainLoader:
     """An endless iterable of training batches that can be checkpointed and resumed.
 
@@ -146,6 +182,7 @@ class TrainLoader:
         self.num_workers = int(num_workers)
         self._num_batches = 0  # batches handed to the caller
         self._iterator: Optional[Iterator] = None
+        self.bad_images = BadImageLog(len(dataset), self.batch_size * getattr(sampler, "world_size", 1))
 
     def _make_iterator(self) -> Iterator:
         self.sampler.set_start(self._num_batches * self.batch_size)
@@ -170,6 +207,7 @@ class TrainLoader:
                 self.close()
                 raise
             self._num_batches += 1
+            self.bad_images.add(batch.pop("bad_images", ()), self._num_batches)
             yield batch
 
     def state_dict(self) -> Dict[str, int]:
@@ -234,8 +272,8 @@ def _build_train_sampler(cfg, items, domains: np.ndarray, batch_size: int,
 def check_data_config(cfg) -> None:
     """Check the enumerated data values (dataset names, sampler) without reading any data.
 
-    Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN and INPUT.* (through the
-    transform builder).
+    Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN, DATALOADER.ON_BAD_IMAGE and
+    INPUT.* (through the transform builder).
 
     Args:
         cfg: the config.
@@ -248,6 +286,7 @@ def check_data_config(cfg) -> None:
         for name in cfg[section][field]:
             dataset_class(name, key)
     SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
+    check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")
     check_tracklet_config(cfg)
     for is_train in (True, False):  # building the pipelines only checks INPUT.* (cheap)
         build_transforms(cfg, is_train=is_train)
@@ -310,12 +349,14 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
     sampler = _build_train_sampler(cfg, items, domains, batch_size, seed)
     pipeline = build_transforms(cfg, is_train=True)
+    options = {"domain_names": names,
+               "on_bad_image": check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")}
     if _video_kind(datasets, names):
         check_tracklet_config(cfg)
         dataset = TrainTrackletSet(items, pipeline, num_classes, num_cameras, domains=domains,
-                                   seq_len=cfg.INPUT.SEQ_LEN, method=cfg.INPUT.SAMPLE_METHOD)
+                                   seq_len=cfg.INPUT.SEQ_LEN, method=cfg.INPUT.SAMPLE_METHOD, **options)
     else:
-        dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains)
+        dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains, **options)
     if len(names) > 1:
         logger.info("Training domains: %s", ", ".join(
             f"{d} = {name} ({ds.num_train_pids} ids)" for d, (name, ds) in enumerate(zip(names, datasets))))
@@ -345,7 +386,7 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     if not dataset.query or not dataset.gallery:
         raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "
                                  f"folders under the data root")
-    return build_reid_inference_loader(cfg, items), len(dataset.query)
+    return build_reid_inference_loader(cfg, items, name=f"{dataset_name} query + gallery"), len(dataset.query)
 
 
 def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], int, int]],
@@ -372,7 +413,7 @@ def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], 
 
 
 def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
-                                transform: Optional[Callable] = None) -> DataLoader:
+                                transform: Optional[Callable] = None, name: str = "") -> DataLoader:
     """A loader over this rank's contiguous shard of `items`, in item order.
 
     Used for evaluation and for feature extraction of any list of images or tracklets
@@ -383,6 +424,7 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
             INPUT.* for the default test transforms).
         items: every `(path, pid, camid)` of the job, in order.
         transform: the image pipeline (default: `build_transforms(cfg, is_train=False)`).
+        name: what the items are, named with the index of an unreadable image.
     Returns:
         DataLoader of `{"images", "targets", "camids", "img_paths"}` batches.
     """
@@ -392,7 +434,7 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
     sampler = InferenceSampler(len(items))
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     # Test loaders run now and then; non-persistent workers free their memory in between.
-    return DataLoader(ImageItemSet(items, pipeline),
+    return DataLoader(ImageItemSet(items, pipeline, name=name),
                       batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
                       collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
 

@@ -1,6 +1,12 @@
-"""Image decoding and the torch ``Dataset`` wrappers that turn items into augmented samples."""
+"""Image decoding and the torch ``Dataset`` wrappers that turn items into augmented samples.
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+An image that cannot be read fails with a one-line :class:`ImageReadError` naming the file,
+the dataset and the item's index; a training set built with ``on_bad_image="skip"``
+(DATALOADER.ON_BAD_IMAGE) replaces it by another image of the same identity instead and
+reports it in the sample (``"bad_images"``) for the loader to log.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from PIL import Image
@@ -8,13 +14,26 @@ from torch.utils.data import Dataset
 
 from ..utils.errors import ReidUserError
 
-__all__ = ["ImageReadError", "read_image", "ImageItemSet", "TrainImageSet", "sample_rng"]
+__all__ = ["ImageReadError", "read_image", "ImageItemSet", "TrainImageSet", "sample_rng", "BAD_IMAGE_POLICIES"]
 
 Item = Tuple[str, int, int]  # (img_path, pid, camid)
 
+#: DATALOADER.ON_BAD_IMAGE: stop with an error naming the file, or train on with another image of its identity
+BAD_IMAGE_POLICIES = ("error", "skip")
+
 
 class ImageReadError(ReidUserError, RuntimeError):
-    """An image file is missing, unreadable or corrupt; the message names its path."""
+    """An image file is missing, unreadable or corrupt; the message names its path.
+
+    Args:
+        message: the one-line message.
+        path: the file (when known).
+        reason: why it cannot be read, e.g. "OSError: image file is truncated".
+    """
+
+    def __init__(self, message: str, path: str = "", reason: str = ""):
+        super().__init__(message)
+        self.path, self.reason = path, reason
 
 
 def read_image(path: str, draft_size: Optional[Tuple[int, int]] = None) -> Image.Image:
@@ -37,8 +56,9 @@ def read_image(path: str, draft_size: Optional[Tuple[int, int]] = None) -> Image
         img.load()  # decodes now (so errors surface here) and closes the file
         return img if img.mode == "RGB" else img.convert("RGB")
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise ImageReadError(f"cannot read image '{path}' ({type(err).__name__}: {err}); "
-                             f"replace or remove the file from the dataset") from None
+        reason = f"{type(err).__name__}: {err}"
+        raise ImageReadError(f"cannot read image '{path}' ({reason}); replace or remove the file from the dataset",
+                             path=path, reason=reason) from None
 
 
 def sample_rng(stream_seed: int, rank: int, position: int, purpose: int = 1) -> np.random.Generator:
@@ -63,11 +83,13 @@ class ImageItemSet(Dataset):
         items: the items.
         transform: an :class:`~reid_engine.data.transforms.AugmentationPipeline`
             (a test pipeline: it is called without a generator).
+        name: what the items are (e.g. "Market1501 query + gallery"), for error messages.
     """
 
-    def __init__(self, items: Sequence[Item], transform):
+    def __init__(self, items: Sequence[Item], transform, name: str = ""):
         self.items = list(items)
         self.transform = transform
+        self.name = name
 
     def __len__(self) -> int:
         return len(self.items)
@@ -79,8 +101,19 @@ class ImageItemSet(Dataset):
         return {"image": self.transform(img, rng), "target": pid, "camid": camid,
                 "img_path": path}
 
+    def describe_item(self, index: int) -> str:
+        """Where item ``index`` comes from, for messages: "item 12 of Market1501"."""
+        return f"item {index} of {self.name}" if self.name else f"item {index}"
+
+    def _unreadable(self, err: ImageReadError, index: int, fix: str) -> ImageReadError:
+        return ImageReadError(f"cannot read image '{err.path}' ({err.reason}), {self.describe_item(index)}: {fix}",
+                              path=err.path, reason=err.reason)
+
     def __getitem__(self, index: int) -> Dict[str, Any]:
-        return self.load(index, None)
+        try:
+            return self.load(index, None)
+        except ImageReadError as err:
+            raise self._unreadable(err, index, "replace or remove the file from the dataset") from None
 
 
 class TrainImageSet(ImageItemSet):
@@ -97,12 +130,18 @@ class TrainImageSet(ImageItemSet):
         num_classes: number of training identities.
         num_cameras: number of training cameras.
         domains: the domain index of every item (``None``: all 0, a single source).
+        domain_names: the training set name of each domain (for messages).
+        on_bad_image: "error" (an unreadable image stops training with a message naming the
+            file, its set and its index) or "skip" (it is replaced by another image of the
+            same identity, so identity-balanced batches keep their P x K shape; the sample
+            then lists what it replaced under ``"bad_images"``: ``(path, where, reason)``).
     Raises:
         ValueError: ``domains`` is not one index per item.
     """
 
     def __init__(self, items: Sequence[Item], transform, num_classes: int, num_cameras: int,
-                 domains: Optional[Sequence[int]] = None):
+                 domains: Optional[Sequence[int]] = None, domain_names: Sequence[str] = (),
+                 on_bad_image: str = "error"):
         super().__init__(items, transform)
         self.num_classes = int(num_classes)
         self.num_cameras = int(num_cameras)
@@ -112,10 +151,50 @@ class TrainImageSet(ImageItemSet):
             raise ValueError(f"TrainImageSet: {self.domains.size} domain indices for "
                              f"{len(self.items)} items")
         self.num_domains = int(self.domains.max()) + 1 if len(self.items) else 0
+        self.domain_names = list(domain_names)
+        if on_bad_image not in BAD_IMAGE_POLICIES:
+            raise ValueError(f"on_bad_image must be one of {BAD_IMAGE_POLICIES}, got {on_bad_image!r}")
+        self.on_bad_image = on_bad_image
+        self._same_identity: Optional[Dict[int, List[int]]] = None
+
+    def describe_item(self, index: int) -> str:
+        """Where training item ``index`` comes from: "training item 12 (Market1501)"."""
+        domain = int(self.domains[index])
+        name = self.domain_names[domain] if domain < len(self.domain_names) else ""
+        return f"training item {index} ({name})" if name else f"training item {index}"
 
     def __getitem__(self, key) -> Dict[str, Any]:
         index, stream_key = key
-        sample = self.load(index, sample_rng(*stream_key))
+        try:
+            sample = self.load(index, sample_rng(*stream_key))
+        except ImageReadError as err:
+            if self.on_bad_image != "skip":
+                raise self._unreadable(err, index, "replace or remove the file, or set DATALOADER.ON_BAD_IMAGE "
+                                       "skip to train on with another image of the same identity") from None
+            index, sample = self._replacement(index, stream_key, err)
         sample["domain"] = int(self.domains[index])
         sample["stream_key"] = stream_key
         return sample
+
+    def _replacement(self, index: int, stream_key, err: ImageReadError) -> Tuple[int, Dict[str, Any]]:
+        """Load another item of the identity of ``index`` (tried in an order drawn from the
+        sample's stream position, so any worker picks the same one)."""
+        if self._same_identity is None:
+            self._same_identity = {}
+            for i, item in enumerate(self.items):
+                self._same_identity.setdefault(int(item[1]), []).append(i)
+        pid = int(self.items[index][1])
+        bad = [(err.path, self.describe_item(index), err.reason)]
+        others = [i for i in self._same_identity[pid] if i != index]
+        for other in sample_rng(*stream_key, purpose=3).permutation(others):
+            try:
+                sample = self.load(int(other), sample_rng(*stream_key))
+            except ImageReadError as other_err:
+                bad.append((other_err.path, self.describe_item(int(other)), other_err.reason))
+                continue
+            sample["bad_images"] = bad
+            return int(other), sample
+        raise ImageReadError(
+            f"DATALOADER.ON_BAD_IMAGE skip: no readable image of identity {pid} is left "
+            f"({len(bad)} unreadable, first '{err.path}', {self.describe_item(index)}: {err.reason}); "
+            "replace the files or remove the identity from the dataset", path=err.path, reason=err.reason)

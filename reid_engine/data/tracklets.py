@@ -120,14 +120,16 @@ class TrainTrackletSet(TrainImageSet):
 
     Args:
         items, transform, num_classes, num_cameras, domains: as :class:`TrainImageSet`.
+        options: ``domain_names`` and ``on_bad_image`` of :class:`TrainImageSet` (a tracklet
+            with an unreadable frame is replaced by another tracklet of its identity).
         seq_len: INPUT.SEQ_LEN.
         method: INPUT.SAMPLE_METHOD (``"evenly"`` or ``"random"``).
     """
 
     def __init__(self, items: Sequence[Tracklet], transform, num_classes: int, num_cameras: int,
-                 domains: Optional[Sequence[int]] = None, *, seq_len: int, method: str):
+                 domains: Optional[Sequence[int]] = None, *, seq_len: int, method: str, **options):
         check_choice(method, TRAIN_SAMPLE_METHODS, "INPUT.SAMPLE_METHOD")
-        super().__init__(items, transform, num_classes, num_cameras, domains=domains)
+        super().__init__(items, transform, num_classes, num_cameras, domains=domains, **options)
         self.seq_len, self.method = int(seq_len), method
 
     def load(self, index: int, rng: Optional[np.random.Generator]) -> Dict[str, Any]:

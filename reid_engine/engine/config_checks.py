@@ -11,6 +11,7 @@ from ..modeling.meta_arch.build import check_model_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
 from ..utils.checkpoint import CheckpointScheduleError
+from ..utils.file_io import check_writable_dir
 from ..utils.registry import check_choice
 from .train_loop import AMP_DTYPE_NAMES
 
@@ -24,12 +25,14 @@ def check_config_values(cfg: CfgNode) -> None:
     what the architecture builds (backbone name, depth and norm, head name, pooling,
     classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
     SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD, TEST.METRIC and
-    SOLVER.CHECKPOINT_MAX_TO_KEEP; INPUT.* through the transform builder.
+    SOLVER.CHECKPOINT_MAX_TO_KEEP; INPUT.* through the transform builder; and that OUTPUT_DIR
+    can be created and written (nothing is created here).
 
     Args:
         cfg: the full config.
     Raises:
         UnknownChoiceError / ConfigError: the first wrong value, as one line.
+        FileWriteError: OUTPUT_DIR has a file in the way or is not writable.
     """
     check_data_config(cfg)
     check_model_config(cfg)
@@ -38,6 +41,8 @@ def check_config_values(cfg: CfgNode) -> None:
     check_metric(cfg.TEST.METRIC)
     check_choice(cfg.SOLVER.AMP.DTYPE, AMP_DTYPE_NAMES, "SOLVER.AMP.DTYPE")
     _check_checkpoint_config(cfg)
+    if cfg.OUTPUT_DIR:
+        check_writable_dir(cfg.OUTPUT_DIR, "OUTPUT_DIR")
 
 
 def _check_checkpoint_config(cfg: CfgNode) -> None:

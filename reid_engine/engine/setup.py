@@ -14,7 +14,7 @@ from ..utils import comm
 from ..utils.collect_env import collect_env_info
 from ..utils.env import seed_all_rng
 from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
-from ..utils.file_io import atomic_write_text
+from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal
 from ..utils.logger import HIGHLIGHT, setup_logger
 from .config_checks import check_config_values
 
@@ -92,14 +92,21 @@ def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentPa
 def default_setup(cfg: CfgNode, args) -> None:
     """Prepare a run: config value check, output folder, loggers, environment log, config dump, seeds.
 
+    An OUTPUT_DIR that cannot be created or written fails here, before any model is built,
+    with one line (:class:`~reid_engine.utils.file_io.FileWriteError`). SIGXFSZ is ignored,
+    so that writes past the file size limit fail cleanly (EFBIG) instead of killing the process.
+
     Args:
         cfg: the full config (it is dumped to OUTPUT_DIR/config.yaml).
         args: the parsed command-line namespace (needs `config_file`, `eval_only`).
     """
     check_config_values(cfg)  # a wrong name fails before OUTPUT_DIR is touched
     output_dir = cfg.OUTPUT_DIR
-    if comm.is_main_process() and output_dir:
-        os.makedirs(output_dir, exist_ok=True)
+    if output_dir:  # every worker, so that all fail together (none waits for the others)
+        ensure_writable_dir(output_dir, "OUTPUT_DIR")
+    # A write beyond the file size limit (ulimit -f) then fails with EFBIG, a clean one-line
+    # error that keeps the previous checkpoint, instead of killing the process.
+    ignore_file_size_signal()
     comm.synchronize()
     rank = comm.get_rank()
     setup_logger(output_dir, distributed_rank=rank, name="fvcore")

@@ -13,6 +13,7 @@ traceback and exits with the error's ``exit_code``:
 Anything else that escapes a command is a bug and keeps its traceback.
 """
 import importlib
+import re
 from typing import Optional
 
 __all__ = [
@@ -28,14 +29,30 @@ USAGE_EXIT_CODE = 2
 RUN_FAILURE_EXIT_CODE = 1
 
 
+# How torch re-raises an exception of a DataLoader worker (torch._utils.ExceptionWrapper):
+# the same class, built from "Caught X in <where>.\nOriginal Traceback ...\n<module.X>: <message>".
+_WORKER_WRAPPED = re.compile(r"^Caught \w+ (?P<where>in [^\n]*?)\.\nOriginal Traceback .*\n[\w.]+: (?P<message>[^\n]*)\n?$",
+                             re.S)
+
+
 class ReidUserError(Exception):
     """Base of every user-fixable error (bad config, missing data, bad checkpoint...).
+
+    Raised in a DataLoader worker, it reaches the main process as the same class with its
+    own one-line message (plus where it happened), not torch's multi-line wrapper text.
 
     Attributes:
         exit_code: the process exit status the command line ends with (1: a run failure).
     """
 
     exit_code = RUN_FAILURE_EXIT_CODE
+
+    def __init__(self, *args) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            wrapped = _WORKER_WRAPPED.match(args[0])
+            if wrapped:
+                args = (f"{wrapped.group('message')} ({wrapped.group('where')})",)
+        super().__init__(*args)
 
 
 class UsageError(ReidUserError, ValueError):

@@ -19,6 +19,7 @@ from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import torch
 
+from .file_io import write_failure
 from .scalar_history import ScalarHistory, windowed_median
 
 __all__ = [
@@ -285,19 +286,27 @@ class JSONWriter(EventWriter):
         """
         parent = os.path.dirname(os.path.abspath(json_file))
         os.makedirs(parent, exist_ok=True)
+        self._path = json_file
         self._file_handle = open(json_file, "a")
         self._window_size = window_size
         self._last_write = -1
 
     def write(self) -> None:
-        """Append the lines for every iteration with new scalars."""
+        """Append the lines for every iteration with new scalars.
+
+        Raises:
+            FileWriteError: the disk is full (or another write failure), one line naming the file.
+        """
         new = _collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
-        for itr, scalars in new.items():
-            scalars["iteration"] = itr
-            self._file_handle.write(json.dumps(scalars, sort_keys=True) + "\n")
-        if new:
-            self._last_write = max(new)
-            self._file_handle.flush()
+        try:
+            for itr, scalars in new.items():
+                scalars["iteration"] = itr
+                self._file_handle.write(json.dumps(scalars, sort_keys=True) + "\n")
+            if new:
+                self._last_write = max(new)
+                self._file_handle.flush()
+        except OSError as e:
+            raise write_failure(self._path, e, "metrics to", then="then continue with --resume") from None
 
     def close(self) -> None:
         """Close the file."""

@@ -1,11 +1,21 @@
-"""Crash-safe file writes: a reader sees the old content or the new, never a mix."""
+"""Crash-safe file writes: a reader sees the old content or the new, never a mix.
+
+Failed writes (disk full, quota, file size limit, permissions) become one-line
+:class:`FileWriteError` messages that name the path and the free space.
+"""
 import contextlib
+import errno
 import os
 import re
+import shutil
+import signal
 import tempfile
+import threading
 from typing import IO, Any, Callable, Iterator
 
 from iopath.common.file_io import PathManager
+
+from .errors import ReidUserError
 
 __all__ = [
     "atomic_open",
@@ -14,7 +24,161 @@ __all__ = [
     "fsync_dir",
     "remove_stale_temp_files",
     "AtomicWritePathManager",
+    "FileWriteError",
+    "WriteErrorRecorder",
+    "write_failure",
+    "check_writable_dir",
+    "ensure_writable_dir",
+    "ignore_file_size_signal",
 ]
+
+# What to do about a failed write, by errno.
+_WRITE_FIX = {
+    errno.ENOSPC: "free disk space",
+    errno.EDQUOT: "free space within your quota (or raise it)",
+    errno.EFBIG: "the file size limit (ulimit -f) is below the file's size: raise it",
+    errno.EROFS: "the file system is read-only: choose another folder",
+    errno.EACCES: "fix the folder's permissions or choose another folder",
+    errno.EPERM: "fix the folder's permissions or choose another folder",
+}
+
+
+class FileWriteError(ReidUserError, OSError):
+    """A file or folder that cannot be written (disk full, quota, size limit, permissions);
+    the message names the path, the reason and the free space."""
+
+
+def _human_size(num_bytes: float) -> str:
+    """``"1.5 GiB"``, ``"512 B"``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if num_bytes < 1024 or unit == "GiB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1024
+    return ""  # not reached
+
+
+def _free_space(path: str) -> str:
+    """Free space of the file system holding `path` (or its nearest existing parent), e.g. "1.5 GiB"."""
+    folder = os.path.abspath(path)
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return _human_size(float(shutil.disk_usage(folder).free))
+    except OSError:
+        return "unknown space"
+
+
+def _reason(err: OSError) -> str:
+    """``"No space left on device (ENOSPC)"``: the system's words and the errno name."""
+    reason = err.strerror or str(err) or type(err).__name__
+    name = errno.errorcode.get(err.errno, "") if err.errno else ""
+    return f"{reason} ({name})" if name else reason
+
+
+def write_failure(path: str, err: OSError, what: str = "", then: str = "", written: int = 0) -> FileWriteError:
+    """The one-line error for a write of `path` that failed with `err`.
+
+    Args:
+        path: the file that could not be written.
+        err: the OSError the write raised.
+        what: what the file is ("checkpoint"), first words of the message.
+        then: what follows the fix (e.g. "then continue with --resume").
+        written: bytes of the file written before the failure (named when > 0).
+
+    Returns:
+        FileWriteError: to raise (``from None``: the message says it all).
+    """
+    fix = _WRITE_FIX.get(err.errno, "check the folder's free space and permissions")
+    progress = f" after {_human_size(written)} of it" if written > 0 else ""
+    return FileWriteError(f"cannot write {what + ' ' if what else ''}{path}: {_reason(err)}{progress}; "
+                          f"{_free_space(path)} free there now: {fix}{', ' + then if then else ''}")
+
+
+class WriteErrorRecorder:
+    """A writable file proxy that remembers the first OSError of a write or flush.
+
+    Writers such as ``torch.save`` turn the OSError of a failed write (ENOSPC, EFBIG...)
+    into their own RuntimeError; the recorded one still tells what happened.
+
+    Args:
+        f: the open file.
+    """
+
+    def __init__(self, f: IO[bytes]):
+        self._f = f
+        self.error: "OSError | None" = None
+        self.written = 0  # bytes accepted by the file
+
+    def _recorded(self, method: Callable, *args: Any) -> Any:
+        try:
+            return method(*args)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def write(self, data: Any) -> int:
+        """Write `data` to the file (recording a failure)."""
+        count = self._recorded(self._f.write, data)
+        self.written += count or 0
+        return count
+
+    def flush(self) -> None:
+        """Flush the file (recording a failure)."""
+        self._recorded(self._f.flush)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+def check_writable_dir(path: str, key: str) -> None:
+    """Check, without creating anything, that a folder exists or can be created and is writable.
+
+    Args:
+        path: the folder.
+        key: the config key or flag that names it (e.g. "OUTPUT_DIR"), for the message.
+
+    Raises:
+        FileWriteError: a file in the way, or no write permission on the nearest existing folder.
+    """
+    target = os.path.abspath(path)
+    existing = target
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise FileWriteError(f"{key} '{path}' cannot be a folder: '{existing}' is a file; move the file "
+                             f"away or set {key} to another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FileWriteError(f"{key} '{path}' is not writable: no write permission on '{existing}' (or a "
+                             f"read-only file system); set {key} to a folder you can write to")
+
+
+def ensure_writable_dir(path: str, key: str) -> None:
+    """Create a folder when missing and prove it writable by writing and removing a small file.
+
+    Args:
+        path: the folder.
+        key: the config key or flag that names it, for the message.
+
+    Raises:
+        FileWriteError: the folder cannot be created or written (one line naming `key`).
+    """
+    check_writable_dir(path, key)
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write_test.", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise FileWriteError(f"{key} '{path}' is not writable: {_reason(e)}; set {key} to a folder "
+                             "you can write to") from None
+
+
+def ignore_file_size_signal() -> None:
+    """Ignore SIGXFSZ, so that a write beyond the file size limit (ulimit -f) fails with EFBIG
+    (a clean error, previous files intact) instead of killing the process. Main thread only
+    (elsewhere it does nothing)."""
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def fsync_dir(path: str) -> None:
@@ -77,9 +241,18 @@ def atomic_write(path: str, write_fn: Callable[[IO[bytes]], None]) -> None:
     Args:
         path: the final file name.
         write_fn: called with the open binary temporary file; writes the content.
+
+    Raises:
+        FileWriteError: the write failed (disk full, quota, size limit, permissions): one
+            line naming the path and the free space; `path` keeps its old content.
     """
-    with atomic_open(path, "wb") as f:
-        write_fn(f)
+    try:
+        with atomic_open(path, "wb") as f:
+            write_fn(f)
+    except OSError as e:
+        if isinstance(e, ReidUserError) or e.errno is None:
+            raise
+        raise write_failure(path, e) from None
 
 
 def atomic_write_text(path: str, text: str) -> None:

@@ -16,12 +16,15 @@ from typing import Any, Dict, List
 import numpy as np
 import torch
 
+from .checksum import CHECKSUM_KEY, payload_checksum, stored_checksum
 from .errors import ReidUserError
 
 __all__ = [
     "UNSAFE_LOAD_ENV",
     "CheckpointError",
     "CheckpointNotFoundError",
+    "CorruptCheckpointError",
+    "ChecksumMismatchError",
     "load_checkpoint_file",
     "require_checkpoint_file",
     "safe_load_globals",
@@ -37,6 +40,14 @@ class CheckpointError(ReidUserError, RuntimeError):
 
 class CheckpointNotFoundError(ReidUserError, FileNotFoundError):
     """A checkpoint path that names no file; the message names the path."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint whose bytes are damaged: truncated, not a torch file, or a checksum mismatch."""
+
+
+class ChecksumMismatchError(CorruptCheckpointError):
+    """A checkpoint whose content does not match the checksum stored in it."""
 
 
 def safe_load_globals() -> List[Any]:
@@ -132,7 +143,7 @@ def _read_npz(path: str) -> Dict[str, torch.Tensor]:
         with np.load(path, allow_pickle=False) as archive:
             return {name: torch.from_numpy(np.array(archive[name])) for name in archive.files}
     except Exception as e:  # numpy raises ValueError for object arrays, others for bad members
-        raise CheckpointError(f"{path} is not a readable .npz weights file: {_short_reason(e)}") from None
+        raise CorruptCheckpointError(f"{path} is not a readable .npz weights file: {_short_reason(e)}") from None
 
 
 def _read_checkpoint_file(path: str, allow_unsafe: bool) -> Any:
@@ -154,7 +165,7 @@ def _read_checkpoint_file(path: str, allow_unsafe: bool) -> Any:
                 "unpickling them could run arbitrary code; if you trust the file, opt in with "
                 f"Checkpointer(..., allow_unsafe_load=True) or the environment variable {UNSAFE_LOAD_ENV}=1"
             ) from None
-        raise CheckpointError(
+        raise CorruptCheckpointError(
             f"{path} is not a readable checkpoint (truncated or corrupt, or not written by "
             f"torch.save?): {_short_reason(e)}"
         ) from None
@@ -216,8 +227,23 @@ def load_checkpoint_file(path: str, allow_unsafe_load: bool = False) -> Dict[str
 
     Raises:
         CheckpointNotFoundError: `path` is not a file.
-        CheckpointError: unreadable file, one that needs unsafe unpickling, or one
-            without a state dict of tensors.
+        CorruptCheckpointError: a truncated or damaged file, or one whose content does not
+            match the checksum stored in it (files without one are not checked).
+        CheckpointError: a file that needs unsafe unpickling, or one without a state dict
+            of tensors.
     """
     loaded = _read_checkpoint_file(path, allow_unsafe=_unsafe_load_allowed(allow_unsafe_load))
+    _verify_checksum(path, loaded)
     return _as_checkpoint_dict(path, loaded)
+
+
+def _verify_checksum(path: str, loaded: Any) -> None:
+    """Check and drop the checksum entry our checkpoints carry (files without one pass)."""
+    expected = stored_checksum(loaded)
+    if expected is None:
+        return
+    if payload_checksum(loaded) != expected:
+        raise ChecksumMismatchError(
+            f"{path} is corrupt: its content does not match the checksum stored in it (damaged on disk "
+            "or in transfer); use another checkpoint or copy the file again")
+    loaded.pop(CHECKSUM_KEY)

@@ -34,6 +34,8 @@ CASES = [
     # speed switches
     ("SOLVER.AMP.DTYPE", "fp8", "choose one of auto, float16"),
     ("MODEL.CHANNELS_LAST", "yes", "choose one of auto, on, off"),
+    # fault handling
+    ("DATALOADER.ON_BAD_IMAGE", "ignore", "choose one of error, skip"),
 ]
 
 _EARLIER_FILES = {

@@ -182,7 +182,7 @@ def test_student_checkpoint_loads_into_a_plain_baseline(tmp_path, teacher_files,
     model(_batch())
     Checkpointer(model, str(tmp_path / "out"), teachers=model.teacher_state).save("model_final")
     saved = torch.load(tmp_path / "out" / "model_final.pth", weights_only=True)
-    assert set(saved) == {"model", "teachers"}
+    assert set(saved) == {"model", "teachers", "checksum"}
     assert set(saved["model"]) == set(model.state_dict())
     cfg.MODEL.META_ARCHITECTURE = "Baseline"
     plain = build_model(cfg)

@@ -19,19 +19,14 @@ from reid_engine.utils.checkpoint import (
 )
 from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.file_io import AtomicWritePathManager
+from tests.conftest import records_of
 
 
 @pytest.fixture
 def logs(caplog):
     """Records of the checkpoint logger, even if an app logger stopped propagation."""
-    log = logging.getLogger(ckpt_module.__name__)
-    saved = log.level, log.propagate
-    log.addHandler(caplog.handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # each record once, whatever the root logger does
-    yield caplog
-    log.removeHandler(caplog.handler)
-    log.level, log.propagate = saved
+    with records_of(caplog, ckpt_module.__name__):
+        yield caplog
 
 
 def _model(seed=0, out=3):
@@ -64,7 +59,8 @@ def test_save_writes_contents_and_last_checkpoint(tmp_path):
     Checkpointer(model, str(tmp_path), optimizer=opt).save("model_0000004", iteration=4)
     assert _last(tmp_path) == "model_0000004.pth"
     data = torch.load(tmp_path / "model_0000004.pth", weights_only=True)
-    assert set(data) == {"model", "optimizer", "iteration"} and data["iteration"] == 4
+    assert set(data) == {"model", "optimizer", "iteration", "checksum"} and data["iteration"] == 4
+    assert data["checksum"].startswith("sha256:")
     assert torch.equal(data["model"]["0.weight"], model[0].weight)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
@@ -404,7 +400,7 @@ def test_missing_file_is_a_user_error_and_tied_weights_are_not_missing(tmp_path,
 
 
 def test_saves_go_through_fvcore_with_atomic_files(tmp_path, monkeypatch):
-    """fvcore's own save writes through our path manager; a failure inside torch.save
+    """Saves (and fvcore's tag_last_checkpoint) write through our path manager; a failure inside torch.save
     leaves neither a partial file nor a temporary, and no tag."""
     model = _model()
     checkpointer = Checkpointer(model, str(tmp_path))
