@@ -23,6 +23,7 @@ import logging
 import os
 import pickle
 import socket
+import time
 from datetime import timedelta
 from typing import Any, Callable, List, Optional, Sequence
 from urllib.parse import urlparse
@@ -151,31 +152,47 @@ def _rendezvous(dist_url: str, world_size: int, rank: int, num_local_workers: in
     url = urlparse(dist_url)
     if url.scheme != "tcp" or not url.hostname or not url.port:
         return None
-    timeout = timedelta(seconds=timeout_s)
+    deadline = time.monotonic() + timeout_s
     fix = "check --dist-url, --num-machines and --machine-rank on every machine, or raise --dist-timeout"
-    try:
-        store = dist.TCPStore(url.hostname, url.port, world_size, is_master=rank == 0, timeout=timeout,
-                              wait_for_workers=False)
-    except (RuntimeError, OSError) as e:  # DistNetworkError / DistStoreError are RuntimeErrors
-        if rank == 0:
-            raise RendezvousError(f"cannot serve the rendezvous at {dist_url} on this machine ({e}): the port is in use "
-                                  "or the address is not one of this machine's; choose a free port or this machine's "
-                                  "address (--dist-url)") from None
+    # Python-side waiting (connect, then poll the keys) keeps torch's C++ retry logs off the console.
+    if rank != 0 and not _wait_until_reachable(url.hostname, url.port, deadline):
         raise RendezvousError(f"rank {rank} could not reach the rendezvous at {dist_url} within {timeout_s:g} s: "
-                              f"machine 0 is not running, or the address is wrong or blocked; {fix}") from None
-    store.set(_rank_key(rank), "1")
+                              f"machine 0 is not running, or the address is wrong or blocked; {fix}")
     try:
-        store.wait([_rank_key(r) for r in range(world_size)], timeout)
-    except (RuntimeError, OSError):
-        try:
-            missing = _missing_ranks(store, world_size)
-        except (RuntimeError, OSError):  # machine 0 gave up and closed the store
-            missing = []
-        machines = sorted({r // num_local_workers for r in missing})
-        who = (f"rank(s) {', '.join(map(str, missing))} (machine(s) {', '.join(map(str, machines))}) never joined"
-               if missing else "the rendezvous closed before every rank joined")
-        raise RendezvousError(f"the job did not form within {timeout_s:g} s at {dist_url}: {who}; {fix}") from None
+        store = dist.TCPStore(url.hostname, url.port, world_size, is_master=rank == 0,
+                              timeout=timedelta(seconds=max(timeout_s, 1.0)), wait_for_workers=False)
+        store.set(_rank_key(rank), "1")
+        keys = [_rank_key(r) for r in range(world_size)]
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                missing = _missing_ranks(store, world_size)
+                machines = sorted({r // num_local_workers for r in missing})
+                raise RendezvousError(
+                    f"the job did not form within {timeout_s:g} s at {dist_url}: rank(s) {', '.join(map(str, missing))} "
+                    f"of {world_size} (machine(s) {', '.join(map(str, machines))}) never joined; {fix}")
+            time.sleep(0.05)
+    except (RuntimeError, OSError) as e:  # DistNetworkError / DistStoreError are RuntimeErrors
+        if isinstance(e, RendezvousError):
+            raise
+        if rank == 0:
+            raise RendezvousError(f"cannot serve the rendezvous at {dist_url} on this machine "
+                                  f"({' '.join(str(e).split())[:160]}): the port is in use or the address is not this "
+                                  "machine's; choose a free port or this machine's address (--dist-url)") from None
+        raise RendezvousError(f"rank {rank} lost the rendezvous at {dist_url} before every rank joined (machine 0 gave "
+                              f"up or stopped); {fix}") from None
     return store
+
+
+def _wait_until_reachable(host: str, port: int, deadline: float) -> bool:
+    """Try to open a TCP connection to host:port until `deadline` (time.monotonic())."""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
 
 
 def _init_process_group(backend: str, dist_url: str, world_size: int, rank: int, num_local_workers: int,
@@ -223,7 +240,12 @@ def _run_under_torchrun(main_func: Callable, args: Sequence[Any], backend: str, 
                 "--num-gpus/--num-machines/--dist-url are ignored", rank, world_size, local_rank, backend)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend=backend, init_method="env://", world_size=world_size, rank=rank, timeout=timeout)
+    # torchrun's agent keeps one store across restarts: without a per-attempt namespace the
+    # restarted group's new_group() finds the dead workers' addresses and fails to connect.
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"reid_engine/attempt_{attempt}", store),
+                            world_size=world_size, rank=rank, timeout=timeout)
     _setup_groups(local_size)
     main_func(*args)
     _shutdown()

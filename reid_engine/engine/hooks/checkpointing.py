@@ -159,6 +159,7 @@ class Preemption(HookBase):
             logger.warning(f"{preemption.signal_name(signum)} in the last iteration: the run completes "
                            "(send the signal again to stop at once)")
             return
+        logger.info(f"Stopping after iteration {iteration} on every worker ({preemption.signal_name(signum)})")
         self.trainer.flush_metrics()  # a collective: every worker is here, at this iteration
         path = self._save(iteration)
         comm.synchronize()  # no worker exits (and gets its launcher to stop the others) mid-save
