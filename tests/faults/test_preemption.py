@@ -143,3 +143,23 @@ def test_two_workers_stop_after_the_same_iteration_when_one_is_signalled(data_ro
         assert "Stopping after iteration 5 on every worker (SIGUSR1)" in log
     assert read(os.path.join(out, "last_checkpoint")).strip() == "model_0000005.pth"
     assert torch.load(os.path.join(out, "model_0000005.pth"), weights_only=True)["iteration"] == 5
+
+
+def test_a_signal_to_the_launcher_alone_reaches_the_workers_through_the_shared_flag():
+    import multiprocessing as mp
+
+    flag = mp.get_context("spawn").Value("i", 0)
+    previous = signal.getsignal(signal.SIGTERM)
+    restore = preemption.launcher_stop_handlers(flag, on_second=lambda: None)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.value == signal.SIGTERM
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) is previous
+    preemption.set_external_stop_flag(flag)  # what a spawned worker does
+    try:
+        assert preemption.requested_signal() == signal.SIGTERM
+    finally:
+        preemption.set_external_stop_flag(None)
+    assert preemption.requested_signal() == 0
