@@ -86,7 +86,10 @@ def train_worker(args: argparse.Namespace):
     try:
         results = trainer.train()  # raises for a failed run: a summary only ends a completed one
     except TrainingPreempted as e:
-        command = resume_command(_program(), args.config_file, args.opts or [], _launch_flags(args))
+        if launched_by_torchelastic():  # the workers cannot restart the agent: its command is the one to repeat
+            command = "the same torchrun command (it resumes from last_checkpoint by itself)"
+        else:
+            command = resume_command(_program(), args.config_file, args.opts or [], _launch_flags(args))
         stopped = TrainingPreempted.stopped(e.signum, e.iteration, e.checkpoint, resume=command)
         if comm.is_main_process():
             logging.getLogger(__name__).warning(str(stopped))

@@ -27,3 +27,20 @@ def test_killed_worker_is_restarted_and_the_run_ends_as_if_uninterrupted(data_ro
     assert "Starting training from iteration 9" in log
     assert read(os.path.join(out, "last_checkpoint")).strip() == "model_final.pth"
     assert_same_run(ref, out)
+
+
+@pytest.mark.parametrize("argv, env, expected", [
+    ([], {}, False),
+    (["--resume"], {}, True),
+    (["--auto-resume"], {}, True),
+    ([], {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "0"}, True),
+    (["--no-auto-resume"], {"TORCHELASTIC_RUN_ID": "job"}, False),
+])
+def test_auto_resume_is_on_under_torchelastic(monkeypatch, argv, env, expected):
+    from reid_engine.cli.train import _resume_wanted, build_parser
+
+    for name in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert _resume_wanted(build_parser().parse_args(argv)) is expected
