@@ -103,7 +103,8 @@ def uninterrupted(data_root, tmp_path_factory):
 @pytest.mark.slow
 def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(uninterrupted, data_root, tmp_path):
     out = str(tmp_path / "out")
-    proc = start(job_args(data_root, out), REID_TEST_STEP_DELAY=0.15)
+    # Slow steps (until the signal arrives) leave the test ample time to signal mid-run.
+    proc = start(job_args(data_root, out), REID_TEST_STEP_DELAY=1.0)
     wait_for(lambda: "Starting training" in read(os.path.join(out, "log.txt")) or proc.poll() is not None,
              what="training to start")
     proc.send_signal(signal.SIGTERM)
