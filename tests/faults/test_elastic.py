@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.faults._jobs import assert_same_run, job_args, read, run
+from tests.faults._jobs import assert_same_run, finish, job_args, read, run, start
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2"]
 
@@ -13,13 +13,13 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nn
 @pytest.mark.slow
 def test_killed_worker_is_restarted_and_the_run_ends_as_if_uninterrupted(data_root, tmp_path):
     ref, out = str(tmp_path / "ref"), str(tmp_path / "out")
-    rc, _, err = run(["--num-gpus", "2", "--dist-url", "auto"] + job_args(data_root, ref))
-    assert rc == 0, err[-3000:]
-
+    reference = start(["--num-gpus", "2", "--dist-url", "auto"] + job_args(data_root, ref))
     # Rank 1 SIGKILLs itself at iteration 12 of the first attempt, after the checkpoint of iteration 8.
     rc, _, err = run(job_args(data_root, out), launcher=TORCHRUN + ["--max-restarts", "1"],
                      REID_TEST_SIGNAL_AT="1:12:SIGKILL")
     assert rc == 0, err[-4000:]
+    ref_rc, _, ref_err = finish(reference)
+    assert ref_rc == 0, ref_err[-3000:]
     assert "exitcode: -9" in err or "SIGKILL" in err, err[-3000:]  # torchrun saw the worker die
     log = read(os.path.join(out, "log.txt"))
     assert "Auto-resume (launched by torchelastic)" in log

@@ -92,17 +92,10 @@ def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["last_checkpoint", "model_0000001.pth"]  # no partial file
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(data_root, tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("ref") / "out")
-    rc, _, err = run(job_args(data_root, out))
-    assert rc == 0, err[-3000:]
-    return out
-
-
 @pytest.mark.slow
-def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(uninterrupted, data_root, tmp_path):
-    out = str(tmp_path / "out")
+def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(data_root, tmp_path):
+    uninterrupted, out = str(tmp_path / "ref"), str(tmp_path / "out")
+    reference = start(job_args(data_root, uninterrupted))  # alongside: each run keeps one core busy
     # Slow steps (until the signal arrives) leave the test ample time to signal mid-run.
     proc = start(job_args(data_root, out), REID_TEST_STEP_DELAY=1.0)
     wait_for(lambda: "Starting training" in read(os.path.join(out, "log.txt")) or proc.poll() is not None,
@@ -128,6 +121,8 @@ def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(uninte
                              capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Starting training from iteration {iteration + 1}" in read(os.path.join(out, "log.txt"))
+    rc, _, err = finish(reference)
+    assert rc == 0, err[-3000:]
     assert_same_run(uninterrupted, out)
 
 
