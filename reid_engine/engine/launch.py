@@ -42,8 +42,8 @@ __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_RENDEZVOUS_TIMEOUT_S", "RendezvousError",
 
 logger = logging.getLogger(__name__)
 
-# Rendezvous and collective timeout: long enough for a slow evaluation on one rank
-# while the others wait in a barrier, short enough that a lost peer ends the job.
+# Collective timeout: long enough for a slow evaluation on one rank while the others
+# wait in a barrier, short enough that a lost peer ends the job.
 DEFAULT_TIMEOUT = timedelta(minutes=30)
 #: seconds the workers of a job wait for each other to join (--dist-timeout)
 DEFAULT_RENDEZVOUS_TIMEOUT_S = 300.0
@@ -143,8 +143,8 @@ def _rendezvous(dist_url: str, world_size: int, rank: int, num_local_workers: in
     """Join the job's store at a tcp:// URL and wait until every rank has checked in.
 
     Returns:
-        the store to build the process group on (None for other URL schemes: they join
-        through init_process_group with the same timeout).
+        the store to build the process group on (None for other URL schemes, e.g.
+        file://: they join through init_process_group, bounded by the collective timeout).
     Raises:
         RendezvousError: the address cannot be reached or served, or ranks are missing
             after `timeout_s`; the message names the address and the missing ranks.
@@ -387,8 +387,10 @@ def _kill_survivors(context: Any, at_once: bool = False) -> None:
     """Make sure no worker outlives the parent's exception (e.g. Ctrl-C in the parent);
     `at_once`: SIGKILL without a grace period."""
     for process in context.processes:
-        if process.is_alive():
-            process.kill() if at_once else process.terminate()
+        if process.is_alive() and at_once:
+            process.kill()
+        elif process.is_alive():
+            process.terminate()
     for process in context.processes:
         process.join(_SHUTDOWN_GRACE_S)
         if process.is_alive():
