@@ -2,7 +2,7 @@
 
 Every command accepts ``--debug``; commands that build a config accept ``--config-file``
 and trailing ``KEY VALUE`` config overrides. Commands that start worker processes add the launch flags
-(``--num-gpus``, ``--num-machines``, ``--machine-rank``, ``--dist-url``). A command
+(``--num-gpus``, ``--num-machines``, ``--machine-rank``, ``--dist-url``, ``--dist-timeout``). A command
 adds only the flags it honours, so anything else is rejected by its parser (exit 2).
 """
 import argparse
@@ -44,15 +44,17 @@ def launch_options(args: argparse.Namespace, device_type: str) -> dict:
         args: namespace of a parser with the launch flags.
         device_type: "cuda" or "cpu" (the backend follows it).
     Returns:
-        {num_machines, machine_rank, dist_url, backend}.
+        {num_machines, machine_rank, dist_url, backend, rendezvous_timeout}.
     Raises:
-        UsageError: --machine-rank outside 0 .. --num-machines - 1.
+        UsageError: --machine-rank outside 0 .. --num-machines - 1, or a --dist-timeout of 0 or less.
     """
     if not 0 <= args.machine_rank < args.num_machines:
         raise UsageError(f"--machine-rank {args.machine_rank} is out of range: use 0 .. {args.num_machines - 1} "
                          "(one less than --num-machines)")
+    if not args.dist_timeout > 0:
+        raise UsageError(f"--dist-timeout {args.dist_timeout:g} must be a positive number of seconds")
     return {"num_machines": args.num_machines, "machine_rank": args.machine_rank, "dist_url": args.dist_url,
-            "backend": "nccl" if device_type == "cuda" else "gloo"}
+            "backend": "nccl" if device_type == "cuda" else "gloo", "rendezvous_timeout": args.dist_timeout}
 
 
 def build_config(args: argparse.Namespace) -> CfgNode:

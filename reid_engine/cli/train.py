@@ -4,6 +4,10 @@
     reid-train --config-file x.yml --eval-only MODEL.WEIGHTS output/model_final.pth
     reid-train --config-file x.yml --resume
     reid-train --config-file x.yml --num-gpus 2 MODEL.DEVICE cpu     # 2 CPU workers (gloo)
+    torchrun --nproc-per-node 2 --max-restarts 3 tools/train_net.py --config-file x.yml   # auto-resumes
+
+SIGTERM, SIGUSR1 or SIGINT: the run saves a checkpoint after the current step and exits with
+status 143, logging the --resume command that continues it; a second signal stops it at once.
 
 `python tools/train_net.py` is the same command. The config is built and checked in
 this process before any worker starts; each worker then runs `default_setup` and
@@ -20,9 +24,10 @@ from typing import List, Optional
 from ..config import CfgNode, ConfigError
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
-from ..engine.launch import launch
+from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
+from ..engine.preemption import TrainingPreempted
 from ..engine.setup import add_run_mode_arguments
-from ..engine.summary import DEFAULT_PROGRAM, format_run_summary
+from ..engine.summary import DEFAULT_PROGRAM, format_run_summary, resume_command
 from ..inference import inference_config
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
@@ -39,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The shared base with the launch flags, plus --resume and --eval-only."""
     parser = command_parser(PROG, __doc__, launches=True)
     add_run_mode_arguments(parser)
+    parser.add_argument("--auto-resume", action=argparse.BooleanOptionalAction, default=None,
+                        help="resume from OUTPUT_DIR/last_checkpoint when there is one, like --resume; on by default "
+                        "when torchrun (torchelastic) started the workers, so a restarted group continues by itself")
     return parser
 
 
@@ -73,15 +81,36 @@ def train_worker(args: argparse.Namespace):
     if args.eval_only:
         return _eval_only(cfg)
     trainer = DefaultTrainer(cfg)
-    trainer.resume_or_load(resume=args.resume)
+    trainer.resume_or_load(resume=_resume_wanted(args))
     started = time.time()
-    results = trainer.train()  # raises for a failed run: a summary only ends a completed one
+    try:
+        results = trainer.train()  # raises for a failed run: a summary only ends a completed one
+    except TrainingPreempted as e:
+        if launched_by_torchelastic():  # the workers cannot restart the agent: its command is the one to repeat
+            command = "the same torchrun command (it resumes from last_checkpoint by itself)"
+        else:
+            command = resume_command(_program(), args.config_file, args.opts or [], _launch_flags(args))
+        stopped = TrainingPreempted.stopped(e.signum, e.iteration, e.checkpoint, resume=command)
+        if comm.is_main_process():
+            logging.getLogger(__name__).warning(str(stopped))
+        raise stopped from None
     if comm.is_main_process():
         summary = format_run_summary(trainer.cfg, results, args.config_file, args.opts or [],
                                      program=_program(), launch_flags=_launch_flags(args),
                                      since=started - 1.0)  # file times can lag the clock a little
         logging.getLogger(__name__).info(summary)
     return results
+
+
+def _resume_wanted(args: argparse.Namespace) -> bool:
+    """--resume, or --auto-resume (on by default when torchelastic started the workers)."""
+    if args.resume:
+        return True
+    auto = args.auto_resume if args.auto_resume is not None else launched_by_torchelastic()
+    if auto:
+        logging.getLogger(__name__).info("Auto-resume%s: continuing from OUTPUT_DIR/last_checkpoint when there is one",
+                                         "" if args.auto_resume else " (launched by torchelastic)")
+    return bool(auto)
 
 
 def _program() -> str:
@@ -101,6 +130,8 @@ def _launch_flags(args: argparse.Namespace) -> List[str]:
         flags += ["--num-machines", str(args.num_machines), "--machine-rank", str(args.machine_rank)]
     if args.dist_url:
         flags += ["--dist-url", args.dist_url]
+    if args.dist_timeout != DEFAULT_RENDEZVOUS_TIMEOUT_S:
+        flags += ["--dist-timeout", f"{args.dist_timeout:g}"]
     return flags
 
 

@@ -200,7 +200,8 @@ class DefaultTrainer(TrainerBase):
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """The default hooks, in order: timer, LR scheduler, EMA teacher, PreciseBN, LayerFreeze,
-        evaluation, best checkpoint, writers, periodic checkpoints.
+        evaluation, best checkpoint, writers, periodic checkpoints, preemption (SIGTERM / SIGUSR1
+        / SIGINT: checkpoint and stop).
 
         The periodic checkpoint comes last so that the state it saves already holds
         this iteration's evaluation and best metric, and writers run before it so a
@@ -241,8 +242,11 @@ class DefaultTrainer(TrainerBase):
             )
         if comm.is_main_process():
             ret.append(hooks.PeriodicWriter(self.build_writers(), period=LOG_PERIOD, early_iter=EARLY_LOG_ITER))
-            ret.append(hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
-                                                  max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None))
+        # On every worker (only the main one writes files): before a save it fetches the staged
+        # losses, a collective, and the preemption hook stops all workers at the same step.
+        periodic = hooks.PeriodicCheckpointer(self.checkpointer, cfg.SOLVER.CHECKPOINT_PERIOD * ipe,
+                                              max_to_keep=cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP or None)
+        ret += [periodic, hooks.Preemption(periodic)]
         return ret
 
     def build_writers(self) -> list:

@@ -8,29 +8,45 @@ setting up ``torch.distributed``. Worker failures never leave a job hanging:
   with the failing worker's traceback, so the command exits non-zero;
 - across machines, the workers of the other machines notice the broken connections
   in their next collective and fail in turn; `timeout` (given to
-  ``init_process_group``) bounds both the rendezvous and every collective, and is the
-  backstop when a peer silently disappears.
+  ``init_process_group``) bounds every collective, and is the backstop when a peer
+  silently disappears;
+- joining is bounded by `rendezvous_timeout`: with a ``tcp://`` URL every worker checks
+  in under its rank in the rendezvous store, so a wrong or unreachable address, or a
+  machine that never starts, ends in one :class:`RendezvousError` line that names the
+  address and the ranks that did not join.
+
+Signals: the launcher of spawned workers passes SIGTERM / SIGUSR1 / SIGINT on to its
+workers (they save a checkpoint after their current step and stop, see
+``engine.preemption``); a second signal stops them at once.
 """
 import logging
 import os
 import pickle
 import socket
+import time
 from datetime import timedelta
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
+from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from reid_engine.utils import comm
+from reid_engine.utils.errors import ReidUserError
 
-__all__ = ["DEFAULT_TIMEOUT", "launch", "default_dist_url"]
+from . import preemption
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_RENDEZVOUS_TIMEOUT_S", "RendezvousError", "launch", "default_dist_url",
+           "launched_by_torchelastic"]
 
 logger = logging.getLogger(__name__)
 
-# Rendezvous and collective timeout: long enough for a slow evaluation on one rank
-# while the others wait in a barrier, short enough that a lost peer ends the job.
+# Collective timeout: long enough for a slow evaluation on one rank while the others
+# wait in a barrier, short enough that a lost peer ends the job.
 DEFAULT_TIMEOUT = timedelta(minutes=30)
+#: seconds the workers of a job wait for each other to join (--dist-timeout)
+DEFAULT_RENDEZVOUS_TIMEOUT_S = 300.0
 # Seconds the other workers get to exit by themselves after one failed, before
 # SIGTERM; then as long again before SIGKILL.
 _SHUTDOWN_GRACE_S = 3.0
@@ -101,8 +117,97 @@ def _resolve_backend(backend: str, num_local_workers: int) -> str:
     return intent
 
 
+class RendezvousError(ReidUserError, RuntimeError):
+    """The workers of a job did not all join within --dist-timeout."""
+
+
 def _launched_by_torchrun() -> bool:
     return all(name in os.environ for name in _TORCHRUN_VARS)
+
+
+def launched_by_torchelastic() -> bool:
+    """Whether torchrun (torch.distributed.elastic) started this process, so it may be a restart."""
+    return "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_RESTART_COUNT" in os.environ
+
+
+def _rank_key(rank: int) -> str:
+    return f"reid_engine/joined/{rank}"
+
+
+def _missing_ranks(store: "dist.Store", world_size: int) -> List[int]:
+    return [r for r in range(world_size) if not store.check([_rank_key(r)])]
+
+
+def _rendezvous(dist_url: str, world_size: int, rank: int, num_local_workers: int,
+                timeout_s: float) -> Optional["dist.Store"]:
+    """Join the job's store at a tcp:// URL and wait until every rank has checked in.
+
+    Returns:
+        the store to build the process group on (None for other URL schemes, e.g.
+        file://: they join through init_process_group, bounded by the collective timeout).
+    Raises:
+        RendezvousError: the address cannot be reached or served, or ranks are missing
+            after `timeout_s`; the message names the address and the missing ranks.
+    """
+    url = urlparse(dist_url)
+    if url.scheme != "tcp" or not url.hostname or not url.port:
+        return None
+    deadline = time.monotonic() + timeout_s
+    fix = "check --dist-url, --num-machines and --machine-rank on every machine, or raise --dist-timeout"
+    # Python-side waiting (connect, then poll the keys) keeps torch's C++ retry logs off the console.
+    if rank != 0 and not _wait_until_reachable(url.hostname, url.port, deadline):
+        raise RendezvousError(f"rank {rank} could not reach the rendezvous at {dist_url} within {timeout_s:g} s: "
+                              f"machine 0 is not running, or the address is wrong or blocked; {fix}")
+    try:
+        store = dist.TCPStore(url.hostname, url.port, world_size, is_master=rank == 0,
+                              timeout=timedelta(seconds=max(timeout_s, 1.0)), wait_for_workers=False)
+        store.set(_rank_key(rank), "1")
+        keys = [_rank_key(r) for r in range(world_size)]
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                missing = _missing_ranks(store, world_size)
+                machines = sorted({r // num_local_workers for r in missing})
+                raise RendezvousError(
+                    f"the job did not form within {timeout_s:g} s at {dist_url}: rank(s) {', '.join(map(str, missing))} "
+                    f"of {world_size} (machine(s) {', '.join(map(str, machines))}) never joined; {fix}")
+            time.sleep(0.05)
+    except (RuntimeError, OSError) as e:  # DistNetworkError / DistStoreError are RuntimeErrors
+        if isinstance(e, RendezvousError):
+            raise
+        if rank == 0:
+            raise RendezvousError(f"cannot serve the rendezvous at {dist_url} on this machine "
+                                  f"({' '.join(str(e).split())[:160]}): the port is in use or the address is not this "
+                                  "machine's; choose a free port or this machine's address (--dist-url)") from None
+        raise RendezvousError(f"rank {rank} lost the rendezvous at {dist_url} before every rank joined (machine 0 gave "
+                              f"up or stopped); {fix}") from None
+    return store
+
+
+def _wait_until_reachable(host: str, port: int, deadline: float) -> bool:
+    """Try to open a TCP connection to host:port until `deadline` (time.monotonic())."""
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(2.0, deadline - time.monotonic()))):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+
+def _init_process_group(backend: str, dist_url: str, world_size: int, rank: int, num_local_workers: int,
+                        timeout: timedelta, rendezvous_timeout_s: float) -> None:
+    """init_process_group after a bounded rendezvous (see `_rendezvous`)."""
+    store = _rendezvous(dist_url, world_size, rank, num_local_workers, rendezvous_timeout_s)
+    if store is not None:
+        dist.init_process_group(backend=backend, store=store, world_size=world_size, rank=rank, timeout=timeout)
+        return
+    try:
+        dist.init_process_group(backend=backend, init_method=dist_url, world_size=world_size, rank=rank,
+                                timeout=timeout)
+    except Exception:
+        logger.error("Worker %d could not join the process group at %s", rank, dist_url)
+        raise
 
 
 def _setup_groups(num_local_workers: int) -> None:
@@ -135,7 +240,12 @@ def _run_under_torchrun(main_func: Callable, args: Sequence[Any], backend: str, 
                 "--num-gpus/--num-machines/--dist-url are ignored", rank, world_size, local_rank, backend)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend=backend, init_method="env://", world_size=world_size, rank=rank, timeout=timeout)
+    # torchrun's agent keeps one store across restarts: without a per-attempt namespace the
+    # restarted group's new_group() finds the dead workers' addresses and fails to connect.
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size, timeout=timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend=backend, store=dist.PrefixStore(f"reid_engine/attempt_{attempt}", store),
+                            world_size=world_size, rank=rank, timeout=timeout)
     _setup_groups(local_size)
     main_func(*args)
     _shutdown()
@@ -151,18 +261,15 @@ def _distributed_worker(
     dist_url: str,
     args: Sequence[Any],
     timeout: timedelta,
+    rendezvous_timeout_s: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
+    stop_flag: Any = None,
 ) -> None:
     """Body of one spawned worker: join the process group, run main, tear down."""
     global_rank = machine_rank * num_local_workers + local_rank
+    preemption.set_external_stop_flag(stop_flag)
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
-    try:
-        dist.init_process_group(
-            backend=backend, init_method=dist_url, world_size=world_size, rank=global_rank, timeout=timeout
-        )
-    except Exception:
-        logger.error("Worker %d could not join the process group at %s", global_rank, dist_url)
-        raise
+    _init_process_group(backend, dist_url, world_size, global_rank, num_local_workers, timeout, rendezvous_timeout_s)
     _setup_groups(num_local_workers)
     # On failure we do not tear down: the parent terminates the peers, and a
     # destroy_process_group with peers mid-collective could block.
@@ -189,6 +296,7 @@ def launch(
     args: Sequence[Any] = (),
     timeout: timedelta = DEFAULT_TIMEOUT,
     backend: str = "auto",
+    rendezvous_timeout: float = DEFAULT_RENDEZVOUS_TIMEOUT_S,
 ) -> None:
     """Run ``main_func(*args)`` in every worker of a (possibly distributed) job.
 
@@ -201,11 +309,13 @@ def launch(
         dist_url: rendezvous URL, e.g. ``tcp://host:port``; "auto" picks a free local
             port (single machine only); None uses `default_dist_url()`.
         args: positional arguments for `main_func`.
-        timeout: `init_process_group` timeout: bounds the rendezvous and every
-            collective, so workers whose peers vanished (e.g. another machine's worker
-            crashed) fail instead of hanging forever.
+        timeout: `init_process_group` timeout: bounds every collective, so workers
+            whose peers vanished (e.g. another machine's worker crashed) fail instead of
+            hanging forever.
         backend: "auto" (NCCL when CUDA is available and there is a GPU per worker,
             else gloo), or the intent "cpu"/"gloo" or "gpu"/"cuda"/"nccl".
+        rendezvous_timeout: seconds every worker waits for the others to join (see
+            `RendezvousError`); not used under torchrun, whose rendezvous has its own.
 
     World size = num_machines * num_gpus_per_machine. World size 1 runs `main_func` in
     this process without a process group. When torchrun started this process (RANK,
@@ -250,13 +360,17 @@ def launch(
     _check_picklable(main_func, args)
     logger.info("Launching %d workers on machine %d of %d (world size %d, %s, %s)",
                 num_gpus_per_machine, machine_rank, num_machines, world_size, backend, dist_url)
+    # A signal to this process alone (Kubernetes signals PID 1) reaches the workers through it.
+    stop_flag = mp.get_context("spawn").Value("i", 0)
     context = mp.start_processes(
         _distributed_worker,
         nprocs=num_gpus_per_machine,
-        args=(main_func, world_size, num_gpus_per_machine, machine_rank, backend, dist_url, tuple(args), timeout),
+        args=(main_func, world_size, num_gpus_per_machine, machine_rank, backend, dist_url, tuple(args), timeout,
+              float(rendezvous_timeout), stop_flag),
         start_method="spawn",
         join=False,
     )
+    restore = preemption.launcher_stop_handlers(stop_flag, on_second=lambda: _kill_survivors(context, at_once=True))
     try:
         # join() returns False while workers run; on the first failure it stops the
         # others (grace period, SIGTERM, grace period, SIGKILL) and raises.
@@ -265,12 +379,17 @@ def launch(
     except BaseException:
         _kill_survivors(context)
         raise
+    finally:
+        restore()
 
 
-def _kill_survivors(context: Any) -> None:
-    """Make sure no worker outlives the parent's exception (e.g. Ctrl-C in the parent)."""
+def _kill_survivors(context: Any, at_once: bool = False) -> None:
+    """Make sure no worker outlives the parent's exception (e.g. Ctrl-C in the parent);
+    `at_once`: SIGKILL without a grace period."""
     for process in context.processes:
-        if process.is_alive():
+        if process.is_alive() and at_once:
+            process.kill()
+        elif process.is_alive():
             process.terminate()
     for process in context.processes:
         process.join(_SHUTDOWN_GRACE_S)

@@ -17,6 +17,7 @@ from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal
 from ..utils.logger import HIGHLIGHT, setup_logger
 from .config_checks import check_config_values
+from .launch import DEFAULT_RENDEZVOUS_TIMEOUT_S
 
 __all__ = [
     "add_config_arguments",
@@ -47,7 +48,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous."""
+    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous
+    address and timeout."""
     parser.add_argument("--num-gpus", type=positive_int, default=1,
                         help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)")
     parser.add_argument("--num-machines", type=positive_int, default=1, help="total number of machines")
@@ -55,6 +57,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dist-url", default=None,
                         help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine "
                         "only); default: a local port derived from the user id")
+    parser.add_argument("--dist-timeout", type=float, default=DEFAULT_RENDEZVOUS_TIMEOUT_S, metavar="SECONDS",
+                        help="how long the workers wait for each other to join before one error line names the "
+                        f"address and the missing ranks (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})")
 
 
 def add_run_mode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +78,7 @@ def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentPa
         epilog: text shown at the end of `--help`.
     Returns:
         argparse.ArgumentParser with --config-file, --resume, --eval-only,
-        --num-gpus, --num-machines, --machine-rank, --dist-url and trailing `opts`.
+        --num-gpus, --num-machines, --machine-rank, --dist-url, --dist-timeout and trailing `opts`.
     """
     epilog = epilog or (
         "Examples:\n"

@@ -12,7 +12,7 @@ from typing import List, Mapping, Optional, Sequence
 from ..config import CfgNode
 from .rank_vis import RANK_VIS_FILE
 
-__all__ = ["SUMMARY_METRICS", "DEFAULT_PROGRAM", "run_commands", "format_run_summary"]
+__all__ = ["SUMMARY_METRICS", "DEFAULT_PROGRAM", "run_commands", "resume_command", "format_run_summary"]
 
 #: the metrics the summary shows per test set (as the ReID evaluator names them)
 SUMMARY_METRICS = ("Rank-1", "Rank-5", "Rank-10", "mAP", "mINP")
@@ -45,15 +45,32 @@ def run_commands(program: str, config_file: str, opts: Sequence[str], output_dir
     Returns:
         {"eval": command, "resume": command}.
     """
-    base = shlex.split(program) + list(launch_flags)
-    if config_file:
-        base += ["--config-file", config_file]
+    base = _command_base(program, config_file, launch_flags)
     weights = os.path.join(output_dir, "model_final.pth")
     # Its own folder: evaluating must not rotate this run's config.yaml or mix into its log.
     evaluate = base + ["--eval-only"] + _set_override(_set_override(opts, "MODEL.WEIGHTS", weights), "OUTPUT_DIR",
                                                       os.path.join(output_dir, "eval"))
-    resume = base + ["--resume"] + _set_override(opts, "SOLVER.MAX_EPOCH", str(2 * max_epoch))
-    return {"eval": shlex.join(evaluate), "resume": shlex.join(resume)}
+    resume = resume_command(program, config_file, _set_override(opts, "SOLVER.MAX_EPOCH", str(2 * max_epoch)),
+                            launch_flags)
+    return {"eval": shlex.join(evaluate), "resume": resume}
+
+
+def resume_command(program: str, config_file: str, opts: Sequence[str], launch_flags: Sequence[str] = ()) -> str:
+    """The shell command that continues a run from its ``last_checkpoint``.
+
+    Args:
+        program, launch_flags: see `run_commands`.
+        config_file: the --config-file of the run ("" for none).
+        opts: the KEY VALUE overrides to give it (the run's own, as given).
+    Returns:
+        the command, quoted for a POSIX shell.
+    """
+    return shlex.join(_command_base(program, config_file, launch_flags) + ["--resume"] + list(opts))
+
+
+def _command_base(program: str, config_file: str, launch_flags: Sequence[str]) -> List[str]:
+    base = shlex.split(program) + list(launch_flags)
+    return base + ["--config-file", config_file] if config_file else base
 
 
 def _latest(pattern: str) -> Optional[str]:

@@ -20,6 +20,8 @@ from ..utils import comm
 from ..utils.env import cpu_native_bf16, get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage, get_event_storage
+from .loader_faults import loader_worker_error
+from .preemption import TrainingPreempted
 
 __all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError"]
 
@@ -132,7 +134,13 @@ class TrainerBase:
                 self.flush_metrics()  # a bad loss staged in the last steps fails the run here
                 # One past the last step, so hooks can tell a completed run from a failed one.
                 self.iter += 1
-            except Exception:
+            except TrainingPreempted:
+                raise  # a requested stop, logged by the hook: no traceback
+            except Exception as e:
+                translated = loader_worker_error(e, self.iter)
+                if translated is not None:
+                    logger.error(str(translated))
+                    raise translated from e
                 logger.exception(f"Exception during training at iteration {self.iter}:")
                 raise
             finally:

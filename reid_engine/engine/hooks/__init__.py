@@ -2,7 +2,7 @@
 precise BN, layer freezing, EMA teachers, profiling and memory statistics (one module per concern)."""
 from ..train_loop import HookBase
 from .basic import TIMER_WARMUP_ITERS, CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
-from .checkpointing import BestCheckpointer, PeriodicCheckpointer
+from .checkpointing import BestCheckpointer, PeriodicCheckpointer, Preemption
 from .evaluation import EvalHook, flatten_results_dict
 from .model_state import EMATeacher, LayerFreeze, PreciseBN
 from .profiling import TorchMemoryStats, TorchProfiler
@@ -15,6 +15,7 @@ __all__ = [
     "PeriodicWriter",
     "PeriodicCheckpointer",
     "BestCheckpointer",
+    "Preemption",
     "LRScheduler",
     "EvalHook",
     "PreciseBN",

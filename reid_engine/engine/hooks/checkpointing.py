@@ -1,10 +1,12 @@
-"""Checkpoint hooks: periodic checkpoints and the best-metric checkpoint."""
+"""Checkpoint hooks: periodic checkpoints, the best-metric checkpoint, and a checkpoint on preemption."""
 import logging
 import math
 import os
 from typing import Optional
 
+from ...utils import comm
 from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
+from .. import preemption
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
@@ -109,3 +111,65 @@ class BestCheckpointer(HookBase):
         """Restore the best value and its iteration."""
         self.best_metric = float(state_dict["best_metric"])
         self.best_iter = int(state_dict["best_iter"])
+
+
+class Preemption(HookBase):
+    """Stop cleanly on SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a
+    checkpoint through the run's :class:`PeriodicCheckpointer` (atomically, named like a
+    periodic one, and ``last_checkpoint`` names it), then raise
+    :class:`~reid_engine.engine.preemption.TrainingPreempted`.
+
+    Register it on every worker, after the PeriodicCheckpointer: after each step the
+    workers agree on whether anyone was signalled (one tiny all-reduce), so every worker
+    stops after the same step and the saved state is that of one iteration. A request in
+    the last step lets the run complete (its final checkpoint is already written). The
+    signal handlers are installed in ``before_train`` and put back in ``after_train``.
+    """
+
+    def __init__(self, periodic: PeriodicCheckpointer):
+        """
+        Args:
+            periodic: the run's periodic checkpointer hook (its checkpointer, period,
+                file prefix); on workers that write no files it saves nothing.
+        """
+        self._periodic = periodic
+        self._restore = None
+        self._noticed = 0
+
+    def before_train(self):
+        self._noticed = 0
+        self._restore = preemption.install_stop_handlers()
+
+    def after_train(self):
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
+
+    def after_step(self):
+        local = preemption.requested_signal()
+        if local and not self._noticed:
+            self._noticed = local
+            logger.warning(f"Received {preemption.signal_name(local)} during iteration {self.trainer.iter}: saving a "
+                           "checkpoint after this step, then stopping (send it again to stop at once)")
+        signum = preemption.agree_on_stop(local)
+        if not signum:
+            return
+        iteration = self.trainer.iter
+        if iteration >= self.trainer.max_iter - 1:
+            logger.warning(f"{preemption.signal_name(signum)} in the last iteration: the run completes "
+                           "(send the signal again to stop at once)")
+            return
+        logger.info(f"Stopping after iteration {iteration} on every worker ({preemption.signal_name(signum)})")
+        self.trainer.flush_metrics()  # a collective: every worker is here, at this iteration
+        path = self._save(iteration)
+        comm.synchronize()  # no worker exits (and gets its launcher to stop the others) mid-save
+        raise preemption.TrainingPreempted.stopped(signum, iteration, path)
+
+    def _save(self, iteration: int) -> str:
+        """Save this iteration's checkpoint unless the periodic schedule just did; returns its path."""
+        periodic = self._periodic
+        checkpointer = periodic.checkpointer
+        name = f"{periodic.file_prefix}_{iteration:07d}"
+        if (iteration + 1) % periodic.period != 0:
+            checkpointer.save(name, iteration=iteration)
+        return os.path.join(checkpointer.save_dir, f"{name}.pth")

@@ -1,0 +1,161 @@
+"""Preemption: SIGTERM / SIGUSR1 / SIGINT finish the step, save a checkpoint, log the --resume command and
+exit 143; every worker stops after the same iteration; a second signal stops at once; resuming is exact."""
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from reid_engine.engine import hooks, preemption
+from reid_engine.utils.checkpoint import Checkpointer
+from tests.conftest import REPO_ROOT
+from tests.engine._engine_fixtures import make_trainer, one_torch_thread  # noqa: F401
+from tests.faults._jobs import MAX_ITER, assert_same_run, error_lines, finish, job_args, job_env, read, run, start, wait_for
+
+
+def _trainer_with_preemption(out, period=100):
+    trainer = make_trainer()
+    checkpointer = Checkpointer(trainer.model, str(out), trainer=trainer)
+    periodic = hooks.PeriodicCheckpointer(checkpointer, period)
+    return trainer, checkpointer, periodic
+
+
+def _signal_at(iteration, *signums):
+    def before_step(trainer):
+        if trainer.iter == iteration:
+            for signum in signums:
+                os.kill(os.getpid(), signum)
+    return hooks.CallbackHook(before_step=before_step)
+
+
+def test_signal_saves_its_step_restores_handlers_and_resumes_exactly(tmp_path):
+    reference, _, _ = _trainer_with_preemption(tmp_path / "ref")
+    reference.train(0, 8)
+
+    previous = signal.getsignal(signal.SIGUSR1)
+    trainer, checkpointer, periodic = _trainer_with_preemption(tmp_path / "run")
+    trainer.register_hooks([_signal_at(3, signal.SIGUSR1, signal.SIGUSR1), periodic, hooks.Preemption(periodic)])
+    with pytest.raises(preemption.TrainingPreempted) as info:
+        trainer.train(0, 8)
+    assert info.value.exit_code == preemption.PREEMPTED_EXIT_CODE == 143
+    assert info.value.iteration == 3 and "SIGUSR1 after iteration 3" in str(info.value)
+    assert signal.getsignal(signal.SIGUSR1) is previous  # handlers put back after training
+    assert checkpointer.get_checkpoint_file() == str(tmp_path / "run" / "model_0000003.pth")
+
+    resumed, checkpointer, periodic = _trainer_with_preemption(tmp_path / "run")
+    checkpointer.resume_or_load("", resume=True)
+    resumed.train(resumed.iter + 1, 8)
+    for (name, a), b in zip(reference.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_signal_in_the_last_step_lets_the_run_complete(tmp_path):
+    trainer, checkpointer, periodic = _trainer_with_preemption(tmp_path)
+    periodic.max_iter = 4
+    trainer.register_hooks([_signal_at(3, signal.SIGTERM), periodic, hooks.Preemption(periodic)])
+    trainer.train(0, 4)
+    assert trainer.iter == 4 and os.path.basename(checkpointer.get_checkpoint_file()) == "model_final.pth"
+
+
+SECOND_SIGNAL_SCRIPT = """
+import os, signal, sys, time
+sys.path.insert(0, {root!r})
+from reid_engine.engine import hooks, preemption
+from reid_engine.utils.checkpoint import Checkpointer
+from tests.engine._engine_fixtures import make_trainer
+preemption.REPEAT_WINDOW_S = 0.2
+def before_step(trainer):
+    if trainer.iter == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # the same request delivered twice: still one
+        time.sleep(0.3)
+        os.kill(os.getpid(), signal.SIGUSR1)  # a second request: stop now
+        time.sleep(30)
+trainer = make_trainer()
+periodic = hooks.PeriodicCheckpointer(Checkpointer(trainer.model, {out!r}, trainer=trainer), 2)
+trainer.register_hooks([hooks.CallbackHook(before_step=before_step), periodic, hooks.Preemption(periodic)])
+trainer.train(0, 10)
+"""
+
+
+@pytest.mark.slow
+def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path):
+    script = SECOND_SIGNAL_SCRIPT.format(root=REPO_ROOT, out=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], env=job_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGUSR1, proc.stderr[-3000:]
+    assert read(tmp_path / "last_checkpoint").strip() == "model_0000001.pth"
+    assert torch.load(tmp_path / "model_0000001.pth", weights_only=True)["iteration"] == 1
+    assert sorted(os.listdir(tmp_path)) == ["last_checkpoint", "model_0000001.pth"]  # no partial file
+
+
+@pytest.mark.slow
+def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(data_root, tmp_path):
+    uninterrupted, out = str(tmp_path / "ref"), str(tmp_path / "out")
+    reference = start(job_args(data_root, uninterrupted))  # alongside: each run keeps one core busy
+    # Slow steps (until the signal arrives) leave the test ample time to signal mid-run.
+    proc = start(job_args(data_root, out), REID_TEST_STEP_DELAY=1.0)
+    wait_for(lambda: "Starting training" in read(os.path.join(out, "log.txt")) or proc.poll() is not None,
+             what="training to start")
+    proc.send_signal(signal.SIGTERM)
+    rc, _, err = finish(proc)
+    assert rc == preemption.PREEMPTED_EXIT_CODE, err[-3000:]
+    assert "Traceback" not in err and len(error_lines(err)) == 1, err[-3000:]
+    line = [ln for ln in read(os.path.join(out, "log.txt")).splitlines() if "training stopped by SIGTERM" in ln]
+    assert len(line) == 1, line
+    match = re.search(r"after iteration (\d+): checkpoint (\S+) saved; continue with (python tools/train_net.py .*)$",
+                      line[0])
+    assert match, line[0]
+    iteration = int(match.group(1))
+    assert 0 <= iteration < MAX_ITER - 1
+    name = f"model_{iteration:07d}.pth"
+    assert match.group(2) == os.path.join(out, name) and read(os.path.join(out, "last_checkpoint")).strip() == name
+    assert torch.load(os.path.join(out, name), weights_only=True)["iteration"] == iteration
+
+    command = shlex.split(match.group(3))
+    assert "--resume" in command
+    resumed = subprocess.run([sys.executable] + command[1:], env=job_env(), cwd=REPO_ROOT,
+                             capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"Starting training from iteration {iteration + 1}" in read(os.path.join(out, "log.txt"))
+    rc, _, err = finish(reference)
+    assert rc == 0, err[-3000:]
+    assert_same_run(uninterrupted, out)
+
+
+@pytest.mark.slow
+def test_two_workers_stop_after_the_same_iteration_when_one_is_signalled(data_root, tmp_path):
+    out = str(tmp_path / "out")
+    rc, _, err = run(["--num-gpus", "2", "--dist-url", "auto"] + job_args(data_root, out),
+                     REID_TEST_SIGNAL_AT="1:5:SIGUSR1")
+    assert rc == preemption.PREEMPTED_EXIT_CODE, err[-3000:]
+    assert "training stopped by SIGUSR1 after iteration 5" in error_lines(err)[-1]
+    rank0, rank1 = read(os.path.join(out, "log.txt")), read(os.path.join(out, "log.txt.rank1"))
+    assert "Received SIGUSR1 during iteration 5" in rank1 and "Received" not in rank0
+    for log in (rank0, rank1):
+        assert "Stopping after iteration 5 on every worker (SIGUSR1)" in log
+    assert read(os.path.join(out, "last_checkpoint")).strip() == "model_0000005.pth"
+    assert torch.load(os.path.join(out, "model_0000005.pth"), weights_only=True)["iteration"] == 5
+
+
+def test_a_signal_to_the_launcher_alone_reaches_the_workers_through_the_shared_flag():
+    import multiprocessing as mp
+
+    flag = mp.get_context("spawn").Value("i", 0)
+    previous = signal.getsignal(signal.SIGTERM)
+    restore = preemption.launcher_stop_handlers(flag, on_second=lambda: None)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert flag.value == signal.SIGTERM
+    finally:
+        restore()
+    assert signal.getsignal(signal.SIGTERM) is previous
+    preemption.set_external_stop_flag(flag)  # what a spawned worker does
+    try:
+        assert preemption.requested_signal() == signal.SIGTERM
+    finally:
+        preemption.set_external_stop_flag(None)
+    assert preemption.requested_signal() == 0
