@@ -33,7 +33,7 @@ __all__ = [
     "launcher_stop_handlers",
     "requested_signal",
     "set_external_stop_flag",
-    "agree_on_stop",
+    "StopAgreement",
     "signal_name",
 ]
 
@@ -134,22 +134,50 @@ def requested_signal() -> int:
     return int(flag.value) if flag is not None else 0
 
 
-def agree_on_stop(local_signal: int) -> int:
-    """Combine every worker's stop request; all workers must call this at the same step.
+class StopAgreement:
+    """Every worker's stop requests combined, one step behind and without waiting.
 
-    One all-reduce (max) of one integer over the CPU (gloo) group, so it never waits on
-    the GPU; nothing is exchanged in a single-process run.
-
-    Args:
-        local_signal: this worker's request (a signal number, 0 for none).
-    Returns:
-        the largest signal number requested by any worker (0: nobody asked to stop).
+    After each step every worker starts one all-reduce (max) of one integer over the CPU
+    (gloo) group and does not wait for it: the result is read after the next step, when it
+    has long arrived. All workers therefore agree on the same iteration, one step after the
+    signal, and a step never waits on the others for it. In a single-process run nothing is
+    exchanged and the answer is immediate.
     """
-    if comm.get_world_size() == 1:
-        return int(local_signal)
-    flag = torch.tensor([int(local_signal)], dtype=torch.int32)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=comm.object_collective_group())
-    return int(flag.item())
+
+    def __init__(self):
+        self._work = None
+        self._flag = None
+
+    def exchange(self, local_signal: int) -> int:
+        """Post this worker's request and return the agreed one of the step before.
+
+        All workers must call this once after every step.
+
+        Args:
+            local_signal: this worker's request (a signal number, 0 for none).
+        Returns:
+            the largest signal number any worker had requested one step earlier (the
+            request itself in a single-process run); 0: nobody asked to stop.
+        """
+        if comm.get_world_size() == 1:
+            return int(local_signal)
+        agreed = self.finish()
+        self._flag = torch.tensor([int(local_signal)], dtype=torch.int32)
+        self._work = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, group=comm.object_collective_group(),
+                                     async_op=True)
+        return agreed
+
+    def finish(self) -> int:
+        """Wait for the request in flight (every worker must call this, e.g. when training ends).
+
+        Returns:
+            the agreed signal number of that request (0 when none was in flight).
+        """
+        if self._work is None:
+            return 0
+        self._work.wait()
+        self._work = None
+        return int(self._flag.item())
 
 
 def launcher_stop_handlers(flag: Any, on_second: Callable[[], None]) -> Callable[[], None]:

@@ -132,13 +132,14 @@ def test_two_workers_stop_after_the_same_iteration_when_one_is_signalled(data_ro
     rc, _, err = run(["--num-gpus", "2", "--dist-url", "auto"] + job_args(data_root, out),
                      REID_TEST_SIGNAL_AT="1:5:SIGUSR1")
     assert rc == preemption.PREEMPTED_EXIT_CODE, err[-3000:]
-    assert "training stopped by SIGUSR1 after iteration 5" in error_lines(err)[-1]
+    # The workers' agreement is read one step later (no step waits for it): both stop after iteration 6.
+    assert "training stopped by SIGUSR1 after iteration 6" in error_lines(err)[-1]
     rank0, rank1 = read(os.path.join(out, "log.txt")), read(os.path.join(out, "log.txt.rank1"))
     assert "Received SIGUSR1 during iteration 5" in rank1 and "Received" not in rank0
     for log in (rank0, rank1):
-        assert "Stopping after iteration 5 on every worker (SIGUSR1)" in log
-    assert read(os.path.join(out, "last_checkpoint")).strip() == "model_0000005.pth"
-    assert torch.load(os.path.join(out, "model_0000005.pth"), weights_only=True)["iteration"] == 5
+        assert "Stopping after iteration 6 on every worker (SIGUSR1)" in log
+    assert read(os.path.join(out, "last_checkpoint")).strip() == "model_0000006.pth"
+    assert torch.load(os.path.join(out, "model_0000006.pth"), weights_only=True)["iteration"] == 6
 
 
 def test_a_signal_to_the_launcher_alone_reaches_the_workers_through_the_shared_flag():

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """Benchmark what preemption costs a multi-process run: the per-step stop agreement.
 
-After every step the workers all-reduce (max) one integer over gloo so that all of them
-stop after the same iteration (reid_engine.engine.preemption.agree_on_stop). This script
-starts N gloo workers on this machine, times that call after a warm-up, and prints the
-cost per step and its share of a training step of --step-ms milliseconds.
+After every step the workers start an all-reduce (max) of one integer over gloo and read
+its result one step later, so that all of them stop after the same iteration without a
+step waiting for the others (reid_engine.engine.preemption.StopAgreement). This script
+starts N gloo workers on this machine and times, after a warm-up, the call with a
+--step-ms pause between calls (what a training step gives the all-reduce to finish in)
+and, for comparison, a blocking all-reduce; it prints both per step and their share of
+the step.
 
 Usage:
     python tools/benchmarks/bench_stop_agreement.py [--workers 2] [--calls 2000] [--step-ms 100]
@@ -17,35 +20,58 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
 from reid_engine.engine.launch import launch  # noqa: E402
-from reid_engine.engine.preemption import agree_on_stop  # noqa: E402
+from reid_engine.engine.preemption import StopAgreement  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
 
 
-def _worker(calls: int, result_dir: str) -> None:
-    for _ in range(100):  # warm-up: connections, allocator
-        agree_on_stop(0)
+def _blocking(_signal: int) -> int:
+    flag = torch.tensor([_signal], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=comm.object_collective_group())
+    return int(flag.item())
+
+
+def _time_calls(call, calls: int, step_s: float) -> float:
+    """Seconds spent inside `call` per step, with a `step_s` pause (the step) between calls."""
+    for _ in range(50):  # warm-up: connections, allocator
+        call(0)
     comm.synchronize()
-    start = time.perf_counter()
+    spent = 0.0
     for _ in range(calls):
-        agree_on_stop(0)
-    seconds = time.perf_counter() - start
+        time.sleep(step_s)
+        start = time.perf_counter()
+        call(0)
+        spent += time.perf_counter() - start
+    return spent / calls
+
+
+def _worker(calls: int, step_ms: float, result_dir: str) -> None:
+    agreement = StopAgreement()
+    overlapped = _time_calls(agreement.exchange, calls, step_ms / 1e3)
+    agreement.finish()
+    blocking = _time_calls(_blocking, calls, step_ms / 1e3)
     with open(os.path.join(result_dir, f"rank{comm.get_rank()}"), "w") as f:
-        f.write(repr(seconds / calls))
+        f.write(f"{overlapped!r} {blocking!r}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--step-ms", type=float, default=100.0, help="a training step, for the share")
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--step-ms", type=float, default=10.0, help="a training step (the pause between calls)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        launch(_worker, args.workers, dist_url="auto", args=(args.calls, tmp), backend="gloo")
-        per_call = max(float(open(os.path.join(tmp, f"rank{r}")).read()) for r in range(args.workers))
-    print(f"stop agreement over {args.workers} gloo workers: {per_call * 1e6:.1f} us per step "
-          f"({args.calls} calls, slowest worker)")
-    print(f"share of a {args.step_ms:g} ms step: {100 * per_call * 1e3 / args.step_ms:.3f} %")
+        launch(_worker, args.workers, dist_url="auto", args=(args.calls, args.step_ms, tmp), backend="gloo")
+        results = [tuple(map(float, open(os.path.join(tmp, f"rank{r}")).read().split())) for r in range(args.workers)]
+    overlapped, blocking = (max(r[i] for r in results) for i in (0, 1))
+    for name, per_call in (("overlapped (StopAgreement, used)", overlapped), ("blocking all-reduce", blocking)):
+        print(f"{name}: {per_call * 1e6:.1f} us per step over {args.workers} gloo workers "
+              f"({100 * per_call * 1e3 / args.step_ms:.3f} % of a {args.step_ms:g} ms step; {args.calls} steps, "
+              f"slowest worker)")
+    print(f"ratio blocking / overlapped: {blocking / max(overlapped, 1e-9):.1f}x")
 
 
 if __name__ == "__main__":

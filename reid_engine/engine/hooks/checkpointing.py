@@ -120,8 +120,10 @@ class Preemption(HookBase):
     :class:`~reid_engine.engine.preemption.TrainingPreempted`.
 
     Register it on every worker, after the PeriodicCheckpointer: after each step the
-    workers agree on whether anyone was signalled (one tiny all-reduce), so every worker
-    stops after the same step and the saved state is that of one iteration. A request in
+    workers agree on whether anyone was signalled (one tiny all-reduce, read one step
+    later so that no step waits for it), so every worker stops after the same step (the
+    one after the signal when there are several workers) and the saved state is that of
+    one iteration. A request in
     the last step lets the run complete (its final checkpoint is already written). The
     signal handlers are installed in ``before_train`` and put back in ``after_train``.
     """
@@ -135,12 +137,15 @@ class Preemption(HookBase):
         self._periodic = periodic
         self._restore = None
         self._noticed = 0
+        self._agreement = preemption.StopAgreement()
 
     def before_train(self):
         self._noticed = 0
+        self._agreement = preemption.StopAgreement()
         self._restore = preemption.install_stop_handlers()
 
     def after_train(self):
+        self._agreement.finish()  # the last step's all-reduce, posted on every worker
         if self._restore is not None:
             self._restore()
             self._restore = None
@@ -151,7 +156,7 @@ class Preemption(HookBase):
             self._noticed = local
             logger.warning(f"Received {preemption.signal_name(local)} during iteration {self.trainer.iter}: saving a "
                            "checkpoint after this step, then stopping (send it again to stop at once)")
-        signum = preemption.agree_on_stop(local)
+        signum = self._agreement.exchange(local)
         if not signum:
             return
         iteration = self.trainer.iter
