@@ -4,6 +4,7 @@
 classmethods are the override points for research code.
 """
 import logging
+import os
 import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -26,6 +27,7 @@ from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
+from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from . import hooks
 from .rank_vis import write_rank_vis
@@ -178,6 +180,12 @@ class DefaultTrainer(TrainerBase):
         Returns:
             the last evaluation results on the main process (else None).
         """
+        if self.start_iter >= self.max_iter:  # --resume of a finished run
+            final = os.path.join(self.cfg.OUTPUT_DIR, "model_final.pth")
+            raise UsageError(f"nothing to train: the run in {self.cfg.OUTPUT_DIR} is already complete (iteration "
+                             f"{self.start_iter} of {self.max_iter}); to train longer, --resume with a larger "
+                             f"SOLVER.MAX_EPOCH (now {self.cfg.SOLVER.MAX_EPOCH}); to evaluate it, --eval-only "
+                             f"MODEL.WEIGHTS {final}")
         super().train(self.start_iter, self.max_iter)
         results = getattr(self, "_last_eval_results", None)
         if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():

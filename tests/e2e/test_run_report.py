@@ -103,6 +103,9 @@ def test_resuming_a_completed_run_prints_no_summary(vis_run, data_root):
     proc = run_cli(["--resume"] + tiny_args(data_root, out, "SOLVER.MAX_EPOCH", "1", "TEST.EVAL_PERIOD", "5"))
     assert proc.returncode != 0
     assert "nothing to train" in proc.stderr and "Run summary" not in proc.stdout + proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]  # one line that says what to do, no traceback
+    assert last.startswith("reid-train: error: nothing to train") and "already complete" in last, proc.stderr[-2000:]
+    assert "SOLVER.MAX_EPOCH" in last and "--eval-only" in last and "Traceback" not in proc.stderr
 
 
 def test_generation_logs_progress(tmp_path, monkeypatch, caplog):
