@@ -19,6 +19,8 @@ Examples:
     python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile --iters 200
     python tools/benchmarks/bench_train_gpu.py --device cpu --depth 18x --size 64 32 --batch 16 \
         --iters 4 --warmup 1 --variants fp32 bf16       # a smoke run on a CPU
+(tests/tools/test_benchmarks.py runs it on SyntheticReIDTiny in the suite, so that it cannot
+break unnoticed.)
 """
 import argparse
 import os
@@ -57,8 +59,8 @@ def variant_config(args, variant: str, output_dir: str):
     cfg.SOLVER.CHECKPOINT_PERIOD = 10_000
     cfg.INPUT.SIZE_TRAIN = list(args.size)
     cfg.INPUT.SIZE_TEST = list(args.size)
-    cfg.DATASETS.NAMES = ("SyntheticReID",)
-    cfg.DATASETS.TESTS = ("SyntheticReID",)
+    cfg.DATASETS.NAMES = (args.dataset,)
+    cfg.DATASETS.TESTS = (args.dataset,)
     cfg.DATASETS.ROOT = args.data_root
     cfg.DATALOADER.NUM_WORKERS = args.workers
     cfg.OUTPUT_DIR = output_dir
@@ -132,7 +134,7 @@ class _TrainOnlyTrainer(DefaultTrainer):
     """The DefaultTrainer without the final evaluation (not part of the training loop)."""
 
     @classmethod
-    def test(cls, cfg, model, evaluators=None):
+    def test(cls, cfg, model, evaluators=None, final=False):
         return {}
 
 
@@ -163,6 +165,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config-file", default=os.path.join(REPO, "configs", "Market1501", "bagtricks_R50.yml"))
     parser.add_argument("--data-root", default=os.path.join(REPO, "datasets"))
+    parser.add_argument("--dataset", default="SyntheticReID", help="the training set (generated on first use)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS)
     parser.add_argument("--depth", default="50x")

@@ -1,0 +1,32 @@
+"""Smoke runs of the benchmark scripts, so that a change of the engine cannot break them unnoticed."""
+import os
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+BENCHMARKS = os.path.join(REPO_ROOT, "tools", "benchmarks")
+
+
+@pytest.fixture
+def bench_module(monkeypatch):
+    """Import a benchmark script as its own folder would (it imports its neighbours by name)."""
+    monkeypatch.syspath_prepend(BENCHMARKS)
+
+    def load(name):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        return __import__(name)
+    return load
+
+
+@pytest.mark.slow
+def test_bench_train_gpu_runs_the_trainer_loop_on_the_cpu(bench_module, data_root, capsys):
+    bench = bench_module("bench_train_gpu")
+    bench.main(["--device", "cpu", "--depth", "18x", "--size", "32", "16", "--batch", "8", "--iters", "2",
+                "--warmup", "1", "--variants", "fp32", "--workers", "0", "--skip-loader",
+                "--data-root", data_root, "--dataset", "SyntheticReIDTiny"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| fp32 |"))
+    model_ips, trainer_ips = float(row.split("|")[2]), float(row.split("|")[4])
+    assert model_ips > 0 and trainer_ips > 0, out
