@@ -55,10 +55,13 @@ def build_model(cfg) -> nn.Module:
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
-    model.to(device)
     channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device)
     if channels_last:
+        # Still on the CPU: converting on the device would hold a second copy of each weight
+        # there while it is converted (a peak of the weights plus the largest one); a weight
+        # already in channels_last moves to the device as it is.
         model.to(memory_format=torch.channels_last)
+    model.to(device)
     model.channels_last = channels_last  # preprocess_image lays the images out to match
     if cfg.MODEL.COMPILE:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
