@@ -2,12 +2,15 @@
 
     reid-train --config-file configs/SyntheticReID/bagtricks_R18_small.yml
     reid-train --config-file x.yml --eval-only MODEL.WEIGHTS output/model_final.pth
+    reid-train --config-file x.yml --eval-only MODEL.WEIGHTS exported/model_int8.onnx  # ONNX Runtime
     reid-train --config-file x.yml --resume
     reid-train --config-file x.yml --num-gpus 2 MODEL.DEVICE cpu     # 2 CPU workers (gloo)
 
 `python tools/train_net.py` is the same command. The config is built and checked in
 this process before any worker starts; each worker then runs `default_setup` and
-either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`.
+either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`. An
+exported .onnx file is evaluated with ONNX Runtime, preprocessed as its contract says,
+by the same evaluator.
 """
 import argparse
 import logging
@@ -23,7 +26,7 @@ from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import launch
 from ..engine.setup import add_run_mode_arguments
 from ..engine.summary import DEFAULT_PROGRAM, format_run_summary
-from ..inference import inference_config
+from ..inference import OnnxRuntimeModel, contract_config, inference_config, resolve_backend
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
@@ -52,9 +55,13 @@ def setup(args: argparse.Namespace) -> CfgNode:
 def _eval_only(cfg: CfgNode):
     if not cfg.MODEL.WEIGHTS:
         raise ConfigError("--eval-only needs a checkpoint (MODEL.WEIGHTS): add MODEL.WEIGHTS path/to/model.pth")
-    cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
-    model = DefaultTrainer.build_model(cfg)
-    Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
+    if resolve_backend(cfg.MODEL.WEIGHTS) == "onnxruntime":
+        model = OnnxRuntimeModel(cfg.MODEL.WEIGHTS)
+        cfg = contract_config(cfg, model.contract)  # the file's input size; flip is inside it or off
+    else:
+        cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
+        model = DefaultTrainer.build_model(cfg)
+        Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
     results = DefaultTrainer.test(cfg, model, final=True)
     if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
         DefaultTrainer.check_expected_results(cfg, results)  # a miss exits non-zero
