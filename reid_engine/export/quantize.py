@@ -24,7 +24,7 @@ from ..inference.contract import DeployContract
 from ..utils.errors import UsageError, require_module
 from .exporters import ExportError, write_onnx_metadata
 
-__all__ = ["QUANTIZE_MODES", "calibration_paths", "CalibrationBatches", "quantize_onnx", "evaluate_onnx",
+__all__ = ["QUANTIZE_MODES", "calibration_paths", "CalibrationBatches", "quantize_onnx", "evaluate_on_test_set",
            "images_per_second", "quantize_and_verify"]
 
 logger = logging.getLogger(__name__)
@@ -132,12 +132,24 @@ def quantize_onnx(fp32_path: str, output_path: str, mode: str = "int8",
     return output_path
 
 
-def evaluate_onnx(cfg: CfgNode, model: OnnxRuntimeModel) -> Dict[str, float]:
-    """ReID metrics (mAP, Rank-1, ...) of an ONNX model on DATASETS.TESTS[0], with the file's preprocessing."""
-    cfg = contract_config(cfg, model.contract)
+def evaluate_on_test_set(cfg: CfgNode, model, contract: Optional[DeployContract] = None,
+                         label: str = "Evaluating") -> Dict[str, float]:
+    """ReID metrics (mAP, Rank-1, ...) of a model on DATASETS.TESTS[0] with the ReID evaluator.
+
+    Args:
+        cfg: the config (DATASETS.*, TEST.*, INPUT.* of the test transforms).
+        model: anything with the model interface (an eval-mode model, an `OnnxRuntimeModel`).
+        contract: the contract of an exported model: its preprocessing replaces the
+            config's, and flip averaging is left to the file (default: an
+            `OnnxRuntimeModel`'s own contract; none for a PyTorch model).
+        label: first words of the progress lines.
+    """
+    contract = contract if contract is not None else getattr(model, "contract", None)
+    if contract is not None:
+        cfg = contract_config(cfg, contract)
     loader, num_query = build_reid_test_loader(cfg, cfg.DATASETS.TESTS[0])
-    return inference_on_dataset(model, loader, ReidEvaluator(cfg, num_query),
-                                progress_label=f"Evaluating {os.path.basename(model.path)}")
+    return inference_on_dataset(model, loader, ReidEvaluator(cfg, num_query), flip_test=cfg.TEST.FLIP.ENABLED,
+                                progress_label=label)
 
 
 def images_per_second(run, images: np.ndarray, min_seconds: float = 2.0, warmup: int = 2) -> float:
@@ -200,7 +212,7 @@ def quantize_and_verify(cfg: CfgNode, fp32_path: str, mode: str = "int8", calibr
         quantize_onnx(fp32_path, pending, mode, reader)
         quantized = OnnxRuntimeModel(pending)
         models = {"fp32": fp32, "int8": quantized}
-        maps = {name: evaluate_onnx(cfg, model)["mAP"] for name, model in models.items()}
+        maps = {name: evaluate_on_test_set(cfg, model, label=f"Evaluating {name}")["mAP"] for name, model in models.items()}
         shape = (speed_batch, 3, fp32.contract.input_height, fp32.contract.input_width)
         batch = np.random.default_rng(0).integers(0, 256, shape).astype(fp32.contract.input_dtype)
         speeds = {name: images_per_second(model.run, batch, speed_seconds) for name, model in models.items()}
