@@ -162,3 +162,18 @@ def test_calibration_needs_a_folder_or_a_split(data_root, tiny_checkpoint, tmp_p
         export.calibration_paths(cfg, str(tmp_path / "missing"), 8)
     paths = export.calibration_paths(cfg, "query", 5)
     assert len(paths) == 5 and len(set(paths)) == 5
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--quantize", "int8"], "--quantize int8 needs calibration images (--calibration)"),
+    (["--quantize", "int8", "--calibration", "no/such/dir"], "--calibration no/such/dir is neither a folder nor a split"),
+    (["--quantize", "dynamic", "--format", "torchscript"], "--quantize works on the ONNX export"),
+    ([], "no output folder (--output)"),
+])
+def test_export_command_rejects_bad_quantization_requests_before_exporting(flags, message, tiny_config_file,
+                                                                           tmp_path, capsys):
+    out = ["--output", str(tmp_path / "out")] if flags else []
+    assert export_cli.main(["--config-file", tiny_config_file] + out + flags) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "out")
