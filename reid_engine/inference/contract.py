@@ -18,7 +18,7 @@ from typing import Dict, Mapping, Tuple
 from .. import __version__
 from ..config import CfgNode
 from ..data import build_transforms
-from ..utils.errors import ReidUserError, require_module
+from ..utils.errors import ReidUserError
 
 __all__ = ["CONTRACT_FILE", "DeployContract", "ContractError", "contract_from_config", "read_contract",
            "transform_sizes"]
@@ -202,7 +202,12 @@ def read_contract(path: str) -> DeployContract:
                 raise ContractError(f"{path} carries no reid_engine preprocessing contract (no extra file "
                                     f"{CONTRACT_FILE}): export it with reid-export, which writes one")
             return DeployContract.from_json(archive.read(names[0]), source=path)
-    onnx = require_module("onnx", f"reading the metadata of {path}")
+    try:
+        import onnx
+    except ImportError:  # onnxruntime alone reads the metadata too (it builds a session)
+        from .onnx_runtime import onnx_session
+
+        return DeployContract.from_dict(onnx_session(path, threads=1).get_modelmeta().custom_metadata_map, source=path)
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as e:

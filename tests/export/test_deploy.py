@@ -88,6 +88,12 @@ def test_inspect_prints_the_contract(deployed, capsys, tmp_path):
     assert "carries no reid_engine preprocessing contract" in capsys.readouterr().err
 
 
+def test_contract_is_read_without_the_onnx_package(deployed, monkeypatch):
+    expected = read_contract(deployed["onnx"])
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    assert read_contract(deployed["onnx"]) == expected
+
+
 def test_onnx_predictor_equals_pytorch_on_dataset_images(deployed, query_paths, tiny_predictor):
     cfg = get_cfg()  # the file's contract is enough: no model config, and a default INPUT.SIZE_TEST
     cfg.merge_from_list(["MODEL.WEIGHTS", deployed["onnx"]])
