@@ -135,17 +135,25 @@ def test_eval_only_evaluates_the_onnx_file_like_the_checkpoint(deployed, tiny_co
         assert results["onnx"][metric] == pytest.approx(results["pytorch"][metric], abs=1e-3)
 
 
-def test_int8_quantization_is_verified_and_a_large_drop_keeps_only_fp32(data_root, tmp_path):
-    """On a quarter-width ResNet-18 (quick to quantize); the tiny test split gives the mAPs."""
+@pytest.fixture(scope="module")
+def small_export(data_root, tmp_path_factory):
+    """(config, model.onnx) of a quarter-width ResNet-18 (quick to quantize), alone in its folder."""
     from reid_engine.modeling import build_model
 
     cfg = tiny_cfg(data_root, extra=["MODEL.BACKBONE.WIDTH_MULT", 0.25, "MODEL.HEADS.NUM_CLASSES", 8])
     torch.manual_seed(0)
     model = build_model(cfg).eval().requires_grad_(False)
-    fp32 = export.export_model(cfg, str(tmp_path), formats=["onnx"], model=model)["onnx"]["path"]
+    folder = str(tmp_path_factory.mktemp("small"))
+    return cfg, export.export_model(cfg, folder, formats=["onnx"], model=model)["onnx"]["path"]
+
+
+def test_int8_quantization_is_verified_and_a_large_drop_keeps_only_fp32(small_export):
+    """The tiny test split gives the mAPs."""
+    cfg, fp32 = small_export
+    folder = os.path.dirname(fp32)
     result = export.quantize_and_verify(cfg, fp32, "int8", calibration="train", calibration_size=24,
                                         max_map_drop=100.0, speed_seconds=0.2)
-    assert result["path"] == str(tmp_path / "model_int8.onnx") and os.path.isfile(result["path"])
+    assert result["path"] == os.path.join(folder, "model_int8.onnx") and os.path.isfile(result["path"])
     assert result["drop"] == pytest.approx(result["fp32_map"] - result["int8_map"])
     assert result["fp32_ips"] > 0 and result["int8_ips"] > 0
     contract = read_contract(result["path"])
@@ -159,7 +167,16 @@ def test_int8_quantization_is_verified_and_a_large_drop_keeps_only_fp32(data_roo
                                    max_map_drop=-1000.0, speed_seconds=0.1)
     message = str(info.value)
     assert "drops mAP by" in message and "--max-map-drop -1000" in message and "\n" not in message
-    assert sorted(os.listdir(tmp_path)) == ["model.onnx"]  # no int8 file (nor a leftover), fp32 kept
+    assert sorted(os.listdir(folder)) == ["model.onnx"]  # no int8 file (nor a leftover), fp32 kept
+
+
+def test_dynamic_quantization_needs_no_calibration(small_export, tmp_path):
+    cfg, fp32 = small_export
+    path = export.quantize_onnx(fp32, str(tmp_path / "dynamic.onnx"), "dynamic")
+    model = OnnxRuntimeModel(path)
+    assert model.contract.quantization.startswith("int8 dynamic")
+    images = export.random_images(2, (64, 32), "uint8", seed=2)
+    assert model(images).shape == (2, 128) and torch.isfinite(model(images)).all()
 
 
 def test_calibration_needs_a_folder_or_a_split(data_root, tiny_checkpoint, tmp_path):
