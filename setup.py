@@ -32,6 +32,9 @@ setup(
         "Pillow>=9.0",
         "tabulate>=0.8",
         "PyYAML>=5.1",
+        "scikit-learn>=1.0",
+        "scipy>=1.8",
+        "h5py>=3.0",
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout>=2"],

@@ -9,10 +9,12 @@
 
 The output holds L2-normalized float32 features with the image paths, pids and camids,
 row i for the i-th image of the split (or of the sorted folder listing; pid and camid
-are -1 there). Several workers each embed a contiguous shard and the main worker writes
-the merged result, in input order. MODEL.WEIGHTS may be an exported .onnx file
-(reid-export): it then runs with ONNX Runtime on the CPU (--backend onnxruntime, the
-default for .onnx files), preprocessed as its contract says. Read it back with
+are -1 there). A split of a video set gives one feature per tracklet, as the evaluation
+computes it, with the tracklet's first frame as its path. Several workers each embed a
+contiguous shard and the main worker writes the merged result, in input order.
+MODEL.WEIGHTS may be an exported .onnx file (reid-export): it then runs with ONNX
+Runtime on the CPU (--backend onnxruntime, the default for .onnx files), preprocessed as
+its contract says (image sets only). Read it back with
 `reid_engine.inference.load_features(path)` or plain `numpy.load`.
 """
 import argparse

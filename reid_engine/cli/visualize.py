@@ -8,7 +8,8 @@
 For each chosen query (--query-index) or each of the N queries with the lowest average
 precision (--worst N; the default is --worst 5), `rank_q<index>.png` shows the query
 and its top-k gallery images with a green border for a correct match (same identity),
-red for a wrong one, and the distance, identity and camera under each. As in the
+red for a wrong one, and the distance, identity and camera under each (a tracklet of a
+video set is shown by its middle frame). As in the
 evaluation protocol, gallery images of the query's identity taken by the query's camera
 are left out. `roc.png` plots the ROC curve over all valid query-gallery pairs
 (positives: same identity, other camera) and `distance_hist.png` the distance

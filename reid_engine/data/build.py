@@ -22,7 +22,7 @@ from .common import ImageItemSet, TrainImageSet, sample_rng
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
-from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet
+from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
 from .transforms import build_transforms
 
 __all__ = ["build_reid_train_loader", "build_reid_test_loader", "check_data_config", "TrainLoader",
@@ -345,12 +345,11 @@ def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
     if not dataset.query or not dataset.gallery:
         raise DatasetFormatError(f"{dataset_name}: the query or gallery split is empty; check its "
                                  f"folders under the data root")
-    if is_video_dataset(dataset):
-        return build_tracklet_inference_loader(cfg, items), len(dataset.query)
     return build_reid_inference_loader(cfg, items), len(dataset.query)
 
 
-def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], int, int]]) -> DataLoader:
+def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], int, int]],
+                                    transform: Optional[Callable] = None) -> DataLoader:
     """A loader of (B, T, 3, H, W) tracklet batches over this rank's shard of ``items``, in order.
 
     TEST.IMS_PER_BATCH counts tracklets; with TEST.SAMPLE_METHOD ``all`` (tracklets of
@@ -359,13 +358,15 @@ def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], 
     Args:
         cfg: the config (INPUT.SEQ_LEN, TEST.SAMPLE_METHOD, TEST.IMS_PER_BATCH, DATALOADER.NUM_WORKERS).
         items: every ``(frame paths, pid, camid)`` of the job, in order.
+        transform: the frame pipeline (default: `build_transforms(cfg, is_train=False)`).
     Returns:
         DataLoader of ``{"images", "targets", "camids", "img_paths"}`` batches.
     """
     check_tracklet_config(cfg)
     method = cfg.TEST.SAMPLE_METHOD
     batch_size = 1 if method == "all" else max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
-    dataset = TrackletItemSet(items, build_transforms(cfg, is_train=False), cfg.INPUT.SEQ_LEN, method)
+    pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
+    dataset = TrackletItemSet(items, pipeline, cfg.INPUT.SEQ_LEN, method)
     return DataLoader(dataset, batch_sampler=BatchSampler(InferenceSampler(len(items)), batch_size, drop_last=False),
                       collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
 
@@ -374,7 +375,8 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
                                 transform: Optional[Callable] = None) -> DataLoader:
     """A loader over this rank's contiguous shard of `items`, in item order.
 
-    Used for evaluation and for feature extraction of any list of images.
+    Used for evaluation and for feature extraction of any list of images or tracklets
+    (``(frame paths, pid, camid)`` items go to :func:`build_tracklet_inference_loader`).
 
     Args:
         cfg: the config (TEST.IMS_PER_BATCH split over the workers, DATALOADER.NUM_WORKERS,
@@ -384,6 +386,8 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
     Returns:
         DataLoader of `{"images", "targets", "camids", "img_paths"}` batches.
     """
+    if len(items) and is_tracklet_item(items[0]):
+        return build_tracklet_inference_loader(cfg, items, transform)
     batch_size = max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
     sampler = InferenceSampler(len(items))
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)

@@ -7,6 +7,7 @@ stacks a batch into (B, T, 3, H, W). Every frame of one sample gets the same aug
 inside a tracklet.
 """
 
+import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -17,7 +18,7 @@ from reid_engine.utils.registry import check_choice
 from .common import ImageItemSet, TrainImageSet, read_image
 
 __all__ = ["SAMPLE_METHODS", "TRAIN_SAMPLE_METHODS", "sample_frame_indices", "TrackletItemSet",
-           "TrainTrackletSet"]
+           "TrainTrackletSet", "is_tracklet_item", "representative_frame"]
 
 Tracklet = Tuple[Tuple[str, ...], int, int]
 
@@ -25,6 +26,18 @@ Tracklet = Tuple[Tuple[str, ...], int, int]
 SAMPLE_METHODS = ("evenly", "random", "all")
 #: accepted INPUT.SAMPLE_METHOD values: a training batch needs one length for all tracklets
 TRAIN_SAMPLE_METHODS = ("evenly", "random")
+
+
+def is_tracklet_item(item: Sequence[Any]) -> bool:
+    """Whether an item ``(path or frame paths, pid, camid)`` is a tracklet (its first field a sequence of frames)."""
+    return not isinstance(item[0], (str, bytes, os.PathLike))
+
+
+def representative_frame(path_or_frames) -> str:
+    """The frame that stands for an item in pictures: the image itself, or a tracklet's middle frame."""
+    if isinstance(path_or_frames, (str, bytes, os.PathLike)):
+        return path_or_frames
+    return path_or_frames[(len(path_or_frames) - 1) // 2]
 
 
 def sample_frame_indices(num_frames: int, seq_len: int, method: str,

@@ -89,7 +89,8 @@ def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extrac
 
     Args:
         predictor: a `DefaultPredictor` (its config, model, test transforms and flip flag).
-        items: all items of the job, in order.
+        items: all items of the job, in order: images, or ``(frame paths, pid, camid)``
+            tracklets (one feature each, the model's pooling of the TEST.SAMPLE_METHOD frames).
         what: first words of the progress lines.
     Returns:
         ``(begin, features)``: index of the shard's first item and its (n, D) float32

@@ -5,6 +5,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..data.tracklets import is_tracklet_item
 from ..utils.errors import UsageError
 from ..utils.file_io import atomic_write, atomic_write_text
 from .items import Item
@@ -45,7 +46,8 @@ def save_features(output: str, features: np.ndarray, items: Sequence[Item], fmt:
     Args:
         output: destination path (the extension is set from `fmt`).
         features: (N, D) features.
-        items: the N ``(img_path, pid, camid)`` items.
+        items: the N ``(img_path, pid, camid)`` items, or ``(frame paths, pid, camid)``
+            tracklets (a tracklet's path is its first frame).
         fmt: "npz" or "npy".
         source: what was embedded (e.g. "Market1501/query").
     Returns:
@@ -55,7 +57,8 @@ def save_features(output: str, features: np.ndarray, items: Sequence[Item], fmt:
         raise UsageError(f"{len(features)} feature rows for {len(items)} items: pass one row per item")
     feature_file, index_file = feature_paths(output, fmt)
     features = np.ascontiguousarray(features, dtype=np.float32)
-    paths = [str(p) for p, _, _ in items]
+    # A tracklet is named by its first frame, as the evaluation's batches name it (img_path).
+    paths = [str(item[0][0] if is_tracklet_item(item) else item[0]) for item in items]
     pids = np.asarray([int(p) for _, p, _ in items], dtype=np.int64)
     camids = np.asarray([int(c) for _, _, c in items], dtype=np.int64)
     if fmt == "npz":

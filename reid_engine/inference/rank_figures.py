@@ -5,6 +5,7 @@ import numpy as np
 from PIL import Image
 
 from ..data import read_image
+from ..data.tracklets import representative_frame
 from ..utils.errors import require_module
 
 __all__ = [
@@ -77,7 +78,7 @@ def _rank_cells(query: Tuple[str, int, int], gallery: Sequence[Tuple[str, int, i
 def _draw_cells(axes, cells) -> None:
     """Show each cell's bordered thumbnail in its axes, captioned in the border color."""
     for ax, (item, color, text) in zip(axes, cells):
-        ax.imshow(bordered_thumbnail(item[0], color))
+        ax.imshow(bordered_thumbnail(representative_frame(item[0]), color))  # a tracklet shows its middle frame
         ax.set_xticks([])
         ax.set_yticks([])
         for spine in ax.spines.values():

@@ -138,9 +138,10 @@ def test_dukemtmc(tmp_path):
                                    ("0013_c1_f0000004.jpg", 13, 0)]
 
 
-@pytest.mark.parametrize("name,kwargs,sub", [("CUHK03", {}, "detected"),
-                                             ("CUHK03", {"labeled": True}, "labeled"),
-                                             ("CUHK03Labeled", {}, "labeled")])
+@pytest.mark.parametrize("name,kwargs,sub", [("CUHK03", {}, "labeled"),  # fast-reid's CUHK03 is the labelled boxes
+                                             ("CUHK03", {"labeled": False}, "detected"),
+                                             ("CUHK03Labeled", {}, "labeled"),
+                                             ("CUHK03Detected", {}, "detected")])
 def test_cuhk03_detected_and_labeled(tmp_path, name, kwargs, sub):
     for which, pid in (("detected", 1), ("labeled", 2)):
         base = os.path.join(str(tmp_path), "cuhk03-np", which)
@@ -239,9 +240,10 @@ def make_vehicleid(root):
     touch(os.path.join(base, "image"), *(n + ".jpg" for n, _ in train + test))
     split = os.path.join(base, "train_test_split")
     write(os.path.join(split, "train_list.txt"), "".join(f"{n} {v}\n" for n, v in train))
-    for size in (800, 1600, 2400):
-        rows = test if size == 800 else test[:5]
+    for size in (800, 1600, 2400, 13164):
+        rows = test if size in (800, 13164) else test[:5]
         write(os.path.join(split, f"test_list_{size}.txt"), "".join(f"{n} {v}\n" for n, v in rows))
+    return base
 
 
 def test_vehicleid_protocol(tmp_path):
@@ -266,6 +268,21 @@ def test_vehicleid_sizes(tmp_path):
         assert len(ds.query) == 3
     with pytest.raises(ValueError, match="test_size"):
         get_dataset("VehicleID", str(tmp_path), test_size=123)
+
+
+def test_plain_vehicleid_tests_on_the_13164_list_as_fast_reid(tmp_path):
+    base = make_vehicleid(str(tmp_path))
+    split = os.path.join(base, "train_test_split")
+    # The full list: vehicles 10 and 11 only; test_list_800 keeps 10, 11 and 12.
+    write(os.path.join(split, "test_list_13164.txt"), "0000101 10\n0000102 10\n0000104 11\n0000105 11\n")
+    plain, small = get_dataset("VehicleID", str(tmp_path)), get_dataset("SmallVehicleID", str(tmp_path))
+    assert sorted(pid for _, pid, _ in plain.gallery) == [10, 11] and len(plain.query) == 2
+    assert sorted(pid for _, pid, _ in small.gallery) == [10, 11, 12] and len(small.query) == 3
+    assert triples(plain.train) == triples(small.train)
+    assert get_dataset("VehicleID", str(tmp_path), test_size=800).gallery == small.gallery
+    os.remove(os.path.join(split, "test_list_13164.txt"))
+    with pytest.raises(DatasetNotFoundError, match="test_list_13164.txt"):
+        get_dataset("VehicleID", str(tmp_path))
 
 
 def test_vehicleid_gallery_pick_is_seeded():
@@ -379,7 +396,7 @@ def test_get_dataset_errors_and_summary(tmp_path, caplog):
 
 def test_registry_has_every_benchmark():
     for name in ("Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03",
-                 "CUHK03Labeled", "VeRi", "VehicleID", "SmallVehicleID", "MediumVehicleID",
+                 "CUHK03Labeled", "CUHK03Detected", "VeRi", "VehicleID", "SmallVehicleID", "MediumVehicleID",
                  "LargeVehicleID", "ImageFolderReID", "SyntheticReID", "SyntheticReIDTiny"):
         assert name in DATASET_REGISTRY
 

@@ -16,7 +16,7 @@ from .audit import FileProblem, collect_file_problems
 from .bases import DatasetFormatError, ImageDataset, check_cross_camera_matches, merge_train_sets
 from .catalog import get_dataset, testable_dataset_names
 from .cuhk0x import cuhk01, cuhk02
-from .cuhk03 import CUHK03, CUHK03Labeled
+from .cuhk03 import CUHK03, CUHK03Detected, CUHK03Labeled
 from .dukemtmc import DukeMTMC
 from .image_folder import ImageFolderReID
 from .market1501 import Market1501, Market1501_500k
@@ -58,7 +58,7 @@ __all__ = [
     "DATASET_REGISTRY", "resolve_data_root", "get_dataset", "merge_train_sets",
     "check_cross_camera_matches", "ImageDataset", "MarketStyleDataset",
     "parse_market_style_folder", "DatasetFormatError", "DatasetNotFoundError",
-    "Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03", "CUHK03Labeled", "VeRi",
+    "Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03", "CUHK03Labeled", "CUHK03Detected", "VeRi",
     "VehicleID", "SmallVehicleID", "MediumVehicleID", "LargeVehicleID", "ImageFolderReID",
     "SyntheticReID", "SyntheticReIDTiny", "SyntheticSpec", "SyntheticWorld", "DEFAULT_SPEC",
     "TINY_SPEC", "generate_synthetic_reid", "ensure_synthetic_reid", "write_contact_sheet",

@@ -5,11 +5,11 @@ import re
 from typing import List
 
 from .bases import ImageDataset, Item
+from .folders import dataset_folders
 from .layout import list_files, match_names, text_labels
 from .paths import DatasetNotFoundError, find_dataset_dir, require_dir
 from .registry import DATASET_REGISTRY
-from .split_benchmarks import two_way_split
-from .splits import SPLIT_FILE_NAME, check_split_ids, draw_id_splits, load_or_draw_splits
+from .splits import SPLIT_FILE_NAME, pick_id_split
 
 __all__ = ["cuhk01", "cuhk02"]
 
@@ -36,7 +36,7 @@ class cuhk01(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("cuhk01",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk01), self.LAYOUT)
         campus = os.path.join(self.dataset_dir, "campus")
         if not os.path.isdir(campus) and os.path.isfile(os.path.join(self.dataset_dir, "CUHK01.zip")):
             raise DatasetNotFoundError(f"{name}: '{campus}' is missing but CUHK01.zip is there; extract it into "
@@ -46,9 +46,7 @@ class cuhk01(ImageDataset):  # noqa: N801 (torchreid's registered name)
                   for path, m in match_names(list_files(campus, ".png", name), self.NAME, name, self.RULE)]
         pids = sorted({pid for _, pid, _ in images})
         self.split_path = os.path.join(self.dataset_dir, SPLIT_FILE_NAME)
-        draws = load_or_draw_splits(self.split_path, name, lambda rng: draw_id_splits(pids, rng), ("train", "test"))
-        draw, view1_is_query = two_way_split(split_id, draws, self.split_path, name)
-        check_split_ids(draw, pids, self.split_path, name)
+        draw, view1_is_query = pick_id_split(self.split_path, name, pids, split_id, two_way=True)
         train_ids, test_ids = set(draw["train"]), set(draw["test"])
         train = [item for item in images if item[1] in train_ids]
         views = [[item for item in images if item[1] in test_ids and item[2] == view] for view in (0, 1)]
@@ -80,7 +78,7 @@ class cuhk02(ImageDataset):
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("cuhk02/Dataset",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk02), self.LAYOUT)
         train: List[Item] = []
         query: List[Item] = []
         gallery: List[Item] = []

@@ -8,7 +8,7 @@ from .registry import DATASET_REGISTRY
 class DukeMTMC(MarketStyleDataset):
     """DukeMTMC-reID: 702 train ids / 16,522 images; 2,228 queries; 17,661 gallery.
 
-    Folder ``DukeMTMC-reID/`` with ``bounding_box_train/``, ``query/``,
+    Folder ``DukeMTMC-reID/`` (or torchreid's ``dukemtmc-reid/DukeMTMC-reID/``) with ``bounding_box_train/``, ``query/``,
     ``bounding_box_test/``; names ``0001_c2_f0046182.jpg`` (pid 1, camid 1).
 
     Args:
@@ -16,5 +16,4 @@ class DukeMTMC(MarketStyleDataset):
         combineall: fold query + gallery into training.
     """
 
-    DATASET_DIRS = ("DukeMTMC-reID",)
     NAME_EXAMPLE = "0001_c2_f0046182.jpg"

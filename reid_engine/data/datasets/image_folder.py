@@ -11,8 +11,9 @@ import os
 import re
 from typing import Dict, List, Sequence, Tuple
 
-from .bases import DatasetFormatError, ImageDataset
-from .paths import DatasetNotFoundError, list_images, require_listed_files
+from .audit import report_file_problem
+from .bases import ImageDataset
+from .paths import DatasetNotFoundError, is_hidden_or_system, list_images, require_listed_files, visible_entries
 from .registry import DATASET_REGISTRY
 
 SPLITS = ("train", "query", "gallery")
@@ -30,7 +31,8 @@ def read_split_list(list_path: str, dataset_dir: str, dataset: str) -> List[RawI
     """Read a ``path,id,camera`` CSV (or whitespace-separated ``.txt``) list.
 
     A first row ``path,id,camera`` is a header and skipped; blank lines and lines starting
-    with ``#`` are ignored. Relative paths start at ``dataset_dir``.
+    with ``#`` are ignored, and so are rows naming a hidden or system file (``._x.jpg``,
+    ``__MACOSX/...``, ``Thumbs.db``). Relative paths start at ``dataset_dir``.
 
     Args:
         list_path: the list file.
@@ -39,8 +41,9 @@ def read_split_list(list_path: str, dataset_dir: str, dataset: str) -> List[RawI
     Returns:
         ``(path, identity, camera)`` strings in file order.
     Raises:
-        DatasetFormatError: a row without three fields.
-        DatasetNotFoundError: a listed image is missing.
+        DatasetFormatError: a row without three fields (while problems are collected, every
+            such row is reported instead, see :mod:`.audit`).
+        DatasetNotFoundError: a listed image is missing (likewise).
     """
     with open(list_path, encoding="utf-8", newline="") as f:
         if list_path.endswith(".csv"):
@@ -54,12 +57,15 @@ def read_split_list(list_path: str, dataset_dir: str, dataset: str) -> List[RawI
         if lineno == 1 and [c.lower() for c in row] == ["path", "id", "camera"]:
             continue
         if len(row) != 3 or not all(row):
-            raise DatasetFormatError(
-                f"{dataset}: line {lineno} of '{list_path}' has {len(row)} field(s), expected "
-                f"3: path,id,camera")
+            report_file_problem(dataset, f"{list_path}:{lineno}", f"3 fields path,id,camera, not {len(row)}",
+                                fix="correct the line", error=f"{dataset}: line {lineno} of '{list_path}' has "
+                                f"{len(row)} field(s), expected 3: path,id,camera")
+            continue
+        if any(is_hidden_or_system(part) for part in row[0].replace("\\", "/").split("/")):
+            continue
         items.append((os.path.join(dataset_dir, row[0]), row[1], row[2]))
-    require_listed_files([p for p, _, _ in items], list_path, dataset, _LAYOUT)
-    return items
+    exists = require_listed_files([p for p, _, _ in items], list_path, dataset, _LAYOUT)
+    return [item for item, ok in zip(items, exists) if ok]
 
 
 def read_identity_folders(split_dir: str, dataset: str) -> List[RawItem]:
@@ -71,25 +77,22 @@ def read_identity_folders(split_dir: str, dataset: str) -> List[RawItem]:
     Returns:
         ``(path, identity, camera)`` strings, sorted by identity then name.
     Raises:
-        DatasetFormatError: an image outside an identity folder, or a name without camera.
+        DatasetFormatError: an image outside an identity folder, or a name without camera
+            (while problems are collected, every such file is reported instead).
     """
-    stray = list_images(split_dir)
-    if stray:
-        raise DatasetFormatError(
-            f"{dataset}: image '{stray[0]}' is not inside an identity sub-folder; put each "
-            f"identity's images in {split_dir}/<identity>/")
+    for path in list_images(split_dir):
+        report_file_problem(dataset, path, "an image inside an identity sub-folder", error=(
+            f"{dataset}: image '{path}' is not inside an identity sub-folder; put each identity's images in "
+            f"{split_dir}/<identity>/"))
     items = []
-    for identity in sorted(os.listdir(split_dir)):
-        folder = os.path.join(split_dir, identity)
-        if not os.path.isdir(folder):
-            continue
-        for path in list_images(folder):
+    for identity in visible_entries(split_dir)[1]:
+        for path in list_images(os.path.join(split_dir, identity)):
             match = CAMERA_IN_NAME.search(os.path.basename(path))
             if match is None:
-                raise DatasetFormatError(
-                    f"{dataset}: no camera in image name '{path}'; name images like "
-                    f"0001_c2_xx.jpg (camera 2) or give cameras in a {os.path.basename(split_dir)}"
-                    f".csv list (path,id,camera)")
+                report_file_problem(dataset, path, "a camera in the name, e.g. 0001_c2_xx.jpg (camera 2)", error=(
+                    f"{dataset}: no camera in image name '{path}'; name images like 0001_c2_xx.jpg (camera 2) or "
+                    f"give cameras in a {os.path.basename(split_dir)}.csv list (path,id,camera)"))
+                continue
             items.append((path, identity, match.group(1)))
     return items
 

@@ -10,9 +10,9 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .audit import note_ignored_file, report_file_problem
+from .audit import note_ignored_file, note_skipped_file, report_file_problem
 from .bases import Item
-from .paths import IMAGE_EXTENSIONS
+from .paths import IMAGE_EXTENSIONS, visible_entries
 
 __all__ = ["RawItem", "list_files", "walk_files", "subfolders", "name_fields", "match_names",
            "number_raw_items", "text_labels"]
@@ -31,7 +31,8 @@ def list_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
     """The files of ``folder`` with one of ``extensions`` (case-sensitive, as a glob), sorted.
 
     Image files with another extension are skipped (and noted by ``reid-data check``);
-    when they are all the folder holds, that is an error naming one of them.
+    when they are all the folder holds, that is an error naming one of them. Hidden and
+    system files and files that are not images are left out (counted by ``reid-data check``).
 
     Args:
         folder: an existing folder.
@@ -43,8 +44,10 @@ def list_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
         DatasetFormatError: the folder holds images, none with an accepted extension.
     """
     extensions = (extensions,) if isinstance(extensions, str) else tuple(extensions)
-    with os.scandir(folder) as entries:
-        files = sorted(e.name for e in entries if not e.is_dir())
+    files, _ = visible_entries(folder)
+    for name in files:
+        if not name.endswith(extensions) and not name.lower().endswith(IMAGE_EXTENSIONS):
+            note_skipped_file(os.path.join(folder, name), "not an image")
     kept = [name for name in files if name.endswith(extensions)]
     others = [os.path.join(folder, name) for name in files
               if not name.endswith(extensions) and name.lower().endswith(IMAGE_EXTENSIONS)]
@@ -58,11 +61,15 @@ def list_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
 
 
 def walk_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
-    """:func:`list_files` of ``folder`` and of every folder below it, sorted by path."""
-    found = []
-    for dirpath, dirnames, _ in os.walk(folder):
-        dirnames.sort()
-        found.extend(list_files(dirpath, extensions, dataset))
+    """:func:`list_files` of ``folder`` and of every folder below it, sorted by path.
+
+    Hidden and system folders are left out; links to folders are not followed (as
+    ``os.walk``), so a link loop cannot recurse forever.
+    """
+    found = list_files(folder, extensions, dataset)
+    for name in visible_entries(folder)[1]:
+        if not os.path.islink(os.path.join(folder, name)):
+            found.extend(walk_files(os.path.join(folder, name), extensions, dataset))
     return sorted(found)
 
 
@@ -75,14 +82,14 @@ def subfolders(folder: str, dataset: str = "", expected: str = "") -> List[str]:
             ``folder`` are noted as not read (``reid-data check`` lists them).
         expected: where such images belong, e.g. ``"inside <pid>/ sub-folders"``.
     Returns:
-        Sub-folder names.
+        Sub-folder names (hidden and system ones left out).
     """
-    with os.scandir(folder) as entries:
-        entries = sorted(entries, key=lambda e: e.name)
-        names = [e.name for e in entries if e.is_dir()]
-        strays = [e.path for e in entries if not e.is_dir() and e.name.lower().endswith(IMAGE_EXTENSIONS)]
-    if dataset and expected:
-        for path in strays:
+    files, names = visible_entries(folder)
+    for name in files:
+        path = os.path.join(folder, name)
+        if not name.lower().endswith(IMAGE_EXTENSIONS):
+            note_skipped_file(path, "not an image")
+        elif dataset and expected:
             note_ignored_file(path, f"images {expected} (this one is not read)")
     return names
 

@@ -13,8 +13,8 @@ from .registry import DATASET_REGISTRY
 class Market1501(MarketStyleDataset):
     """Market-1501: 751 train ids / 12,936 images; 3,368 queries; 15,913 gallery.
 
-    Folder ``Market-1501-v15.09.15/`` (or ``market1501/Market-1501-v15.09.15/``) under the
-    data root with ``bounding_box_train/``, ``query/``, ``bounding_box_test/`` and, for the
+    Folder ``Market-1501-v15.09.15/`` (or torchreid's ``market1501/Market-1501-v15.09.15/``
+    or ``market1501/``) under the data root with ``bounding_box_train/``, ``query/``, ``bounding_box_test/`` and, for the
     500k variant, ``images/`` (the distractors, added to the gallery with pid 0).
 
     Args:
@@ -22,8 +22,6 @@ class Market1501(MarketStyleDataset):
         combineall: fold query + gallery into training.
         market500k: add the 500k distractor images of ``images/`` to the gallery.
     """
-
-    DATASET_DIRS = ("Market-1501-v15.09.15", "market1501/Market-1501-v15.09.15")
 
     def __init__(self, root: str = "datasets", combineall: bool = False,
                  market500k: bool = False):

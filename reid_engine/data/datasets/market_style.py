@@ -6,6 +6,7 @@ from typing import List, Sequence, Tuple
 
 from .audit import report_file_problem
 from .bases import JUNK_PID, ImageDataset, Item
+from .folders import dataset_folders
 from .paths import find_dataset_dir, list_images, require_dir
 
 # "0002_c1s1_000451_03.jpg", "-1_c3s2_...", "0001_c2_f0046182.jpg", "0001_c001_00016450_0.jpg"
@@ -51,7 +52,8 @@ def parse_market_style_folder(folder: str, dataset: str, example: str) -> List[I
 class MarketStyleDataset(ImageDataset):
     """Base of the datasets with a train / query / gallery folder of Market-style names.
 
-    Subclasses set :attr:`DATASET_DIRS` (accepted folders under the data root),
+    The dataset folder is found by :attr:`DATASET_DIRS` when a subclass sets it (folders
+    under the data root), else by the accepted names of :mod:`.folders`. Subclasses set
     :attr:`SPLIT_DIRS` (train, query, gallery sub-folders), :attr:`NAME_EXAMPLE` and
     :attr:`DISTRACTOR_PIDS`.
 
@@ -68,7 +70,7 @@ class MarketStyleDataset(ImageDataset):
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
         layout = ", ".join(f"{d}/" for d in self.SPLIT_DIRS)
-        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS, layout)
+        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS or dataset_folders(type(self)), layout)
         train_dir, query_dir, gallery_dir = (
             require_dir(os.path.join(self.dataset_dir, d), name, layout) for d in self.SPLIT_DIRS)
         (train, train_junk), (query, query_junk), (gallery, gallery_junk) = (

@@ -3,7 +3,9 @@
 import os
 from typing import List, Optional
 
-from .bases import DatasetFormatError, ImageDataset, Item
+from .audit import report_file_problem
+from .bases import ImageDataset, Item
+from .folders import dataset_folders
 from .paths import find_dataset_dir, read_name_id_list, require_dir, require_file, require_listed_files
 from .registry import DATASET_REGISTRY
 
@@ -16,24 +18,24 @@ _LAYOUT = ("train/ and test/ image folders plus list_train.txt, list_val.txt, "
            "list_query.txt, list_gallery.txt")
 
 
-def camid_from_msmt_name(path: str) -> int:
+def camid_from_msmt_name(path: str) -> Optional[int]:
     """Camera of an MSMT17 image: field 2 of the file name split on '_', minus 1.
 
     Args:
         path: e.g. ``0000/0000_000_01_0303morning_0015_0.jpg`` (camera 1 -> camid 0).
     Returns:
-        The 0-based camid.
+        The 0-based camid, or None for a name without one while problems are collected.
     Raises:
-        DatasetFormatError: the name has no integer field 2.
+        DatasetFormatError: the name has no integer field 2 (a normal load).
     """
     fields = os.path.basename(path).split("_")
     try:
-        camera = int(fields[2])
+        return int(fields[2]) - 1
     except (IndexError, ValueError):
-        raise DatasetFormatError(
-            f"MSMT17: image name '{path}' has no camera field (expected names like "
-            f"0000_000_01_0303morning_0015_0.jpg, camera = third '_' field)") from None
-    return camera - 1
+        report_file_problem("MSMT17", path, "a name like 0000_000_01_0303morning_0015_0.jpg (camera = third '_' "
+                            "field)", error=f"MSMT17: image name '{path}' has no camera field (expected names like "
+                            f"0000_000_01_0303morning_0015_0.jpg, camera = third '_' field)")
+        return None
 
 
 def read_msmt_list(list_path: str, image_dir: str) -> List[Item]:
@@ -43,22 +45,24 @@ def read_msmt_list(list_path: str, image_dir: str) -> List[Item]:
         list_path: the list file.
         image_dir: the folder the relative paths start from.
     Returns:
-        ``(path, pid, camid)`` items in file order.
+        ``(path, pid, camid)`` items in file order (under ``reid-data check``, without the
+        lines reported as problems).
     Raises:
         DatasetFormatError: a malformed line (with its number).
         DatasetNotFoundError: a listed image is missing (the wrong image folder).
     """
-    items = [(os.path.join(image_dir, name), pid, camid_from_msmt_name(name))
+    items = [(os.path.join(image_dir, name), pid, camid_from_msmt_name(os.path.join(image_dir, name)))
              for name, pid in read_name_id_list(list_path, "MSMT17", "relative/path.jpg pid", allow_negative=True)]
-    require_listed_files([p for p, _, _ in items], list_path, "MSMT17", _LAYOUT)
-    return items
+    items = [item for item in items if item[2] is not None]
+    exists = require_listed_files([p for p, _, _ in items], list_path, "MSMT17", _LAYOUT)
+    return [item for item, ok in zip(items, exists) if ok]
 
 
 @DATASET_REGISTRY.register()
 class MSMT17(ImageDataset):
     """MSMT17: 1,041 train ids / 30,248 images (+2,373 val); 11,659 queries; 82,161 gallery.
 
-    Folder ``MSMT17_V1/`` or ``MSMT17_V2/`` with ``train/``, ``test/`` and the four list
+    Folder ``MSMT17_V1/`` or ``MSMT17_V2/`` (also inside torchreid's ``msmt17/``) with ``train/``, ``test/`` and the four list
     files. Training uses ``list_train.txt``; ``list_val.txt`` (same ids) is added only with
     COMBINEALL. pid 0 is a real identity here (no distractors).
 
@@ -70,10 +74,10 @@ class MSMT17(ImageDataset):
 
     def __init__(self, root: str = "datasets", combineall: bool = False,
                  version: Optional[str] = None):
-        versions = [f"MSMT17_{version}"] if version else list(_IMAGE_DIRS)
-        if any(v not in _IMAGE_DIRS for v in versions):
+        if version and f"MSMT17_{version}" not in _IMAGE_DIRS:
             raise ValueError(f"MSMT17: version must be 'V1' or 'V2', got {version!r}")
-        self.dataset_dir = find_dataset_dir(root, "MSMT17", versions, _LAYOUT)
+        folders = [f for f in dataset_folders(MSMT17) if not version or os.path.basename(f) == f"MSMT17_{version}"]
+        self.dataset_dir = find_dataset_dir(root, "MSMT17", folders, _LAYOUT)
         train_dir, test_dir = self._image_dirs()
 
         def read(list_name: str, image_dir: str) -> List[Item]:

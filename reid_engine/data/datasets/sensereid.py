@@ -1,12 +1,12 @@
 """SenseReID (Zhao et al., CVPR 2017) as torchreid tests on it: a test-only set."""
 
-import os
 import re
 
 from .audit import report_file_problem
 from .bases import ImageDataset
+from .folders import dataset_folders
 from .layout import list_files, match_names
-from .paths import find_dataset_dir, require_dir
+from .paths import find_dataset_dir, require_one_dir
 from .registry import DATASET_REGISTRY
 
 __all__ = ["sensereid"]
@@ -16,7 +16,8 @@ __all__ = ["sensereid"]
 class sensereid(ImageDataset):  # noqa: N801 (torchreid's registered name)
     """SenseReID: 522 query ids / 1,040 images; 1,717 gallery ids / 3,388 images; no training split.
 
-    ``sensereid/SenseReID/test_probe/`` and ``test_gallery/`` with ``<pid>_<camera>.jpg``
+    ``sensereid/SenseReID/test_probe/`` and ``test_gallery/`` (fast-reid's ``SenseReID/`` and
+    ``test_prob/`` accepted too) with ``<pid>_<camera>.jpg``
     images (both ints; the camera is used as written). As in torchreid, both splits are
     renumbered by the gallery's ids (sorted here, so the labels never change), so every
     probe id must have gallery images. torchreid's dummy training split (a copy of the
@@ -35,10 +36,10 @@ class sensereid(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("sensereid/SenseReID",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(sensereid), self.LAYOUT)
         probe, gallery = ([(path, int(m.group(1)), int(m.group(2))) for path, m in match_names(
-            list_files(require_dir(os.path.join(self.dataset_dir, folder), name, self.LAYOUT), ".jpg", name),
-            self.NAME, name, self.RULE)] for folder in ("test_probe", "test_gallery"))
+            list_files(require_one_dir(self.dataset_dir, spellings, name, self.LAYOUT), ".jpg", name),
+            self.NAME, name, self.RULE)] for spellings in (("test_probe", "test_prob"), ("test_gallery",)))
         labels = {pid: label for label, pid in enumerate(sorted({pid for _, pid, _ in gallery}))}
         query = []
         for path, pid, camid in probe:

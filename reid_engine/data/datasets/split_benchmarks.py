@@ -14,34 +14,23 @@ from collections import defaultdict
 from typing import Dict, List
 
 from .bases import DatasetFormatError, ImageDataset, Item
+from .folders import dataset_folders
 from .layout import list_files, match_names
-from .matfile import read_mat
+from .matlab import read_mat
 from .paths import DatasetNotFoundError, find_dataset_dir, require_dir, require_file
 from .registry import DATASET_REGISTRY
-from .splits import (
+from .splits import (  # two_way_split: re-exported, it used to live here
     SPLIT_FILE_NAME,
     Split,
     check_split_id,
-    check_split_ids,
-    draw_id_splits,
     load_or_draw_splits,
+    pick_id_split,
+    shuffled_halves,
     split_mismatch,
+    two_way_split,
 )
 
 __all__ = ["viper", "ilids", "prid", "grid", "two_way_split", "read_grid_partitions"]
-
-
-def two_way_split(split_id: int, draws: List[Split], path: str, dataset: str):
-    """torchreid's numbering of two-camera splits: entry 2k is draw k with camera A as the
-    query, entry 2k + 1 the same draw with camera B as the query.
-
-    Returns:
-        ``(draw, b_is_query)``.
-    Raises:
-        ConfigError: ``split_id`` outside ``0 .. 2 * len(draws) - 1``.
-    """
-    index = check_split_id(split_id, 2 * len(draws), path, dataset)
-    return draws[index // 2], bool(index % 2)
 
 
 @DATASET_REGISTRY.register()
@@ -65,18 +54,18 @@ class viper(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("viper/VIPeR",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(viper), self.LAYOUT)
         cam_a, cam_b = (list_files(require_dir(os.path.join(self.dataset_dir, cam), name, self.LAYOUT), ".bmp", name)
                         for cam in ("cam_a", "cam_b"))
         if len(cam_a) != len(cam_b):
             raise DatasetFormatError(f"{name}: cam_a/ holds {len(cam_a)} images and cam_b/ {len(cam_b)} in "
                                      f"'{self.dataset_dir}'; each folder needs one image per person, paired by "
                                      f"sorted name")
-        self.split_path = os.path.join(os.path.dirname(self.dataset_dir), SPLIT_FILE_NAME)
-        draws = load_or_draw_splits(self.split_path, name, lambda rng: draw_id_splits(range(len(cam_a)), rng),
-                                    ("train", "test"))
-        draw, b_is_query = two_way_split(split_id, draws, self.split_path, name)
-        check_split_ids(draw, range(len(cam_a)), self.split_path, name)
+        # Beside VIPeR/ in torchreid's viper/ folder; inside it when VIPeR/ lies at the root.
+        parent = os.path.dirname(self.dataset_dir)
+        home = self.dataset_dir if os.path.normpath(parent) == os.path.normpath(root) else parent
+        self.split_path = os.path.join(home, SPLIT_FILE_NAME)
+        draw, b_is_query = pick_id_split(self.split_path, name, range(len(cam_a)), split_id, two_way=True)
         train = [(cams[i], label, camid) for label, i in enumerate(draw["train"])
                  for camid, cams in enumerate((cam_a, cam_b))]
         test_a = [(cam_a[i], label, 0) for label, i in enumerate(draw["test"])]
@@ -90,13 +79,10 @@ def _draw_ilids_splits(names_by_pid: Dict[int, List[str]], rng: random.Random, n
     """torchreid's QMUL iLIDS protocol: half the people (rounded down) train with all their
     images; each test person gives two random images, one query and one gallery."""
     splits = []
-    for _ in range(num_splits):
-        pids = sorted(names_by_pid)
-        rng.shuffle(pids)
-        half = len(pids) // 2
-        train = sorted(name for pid in pids[:half] for name in names_by_pid[pid])
+    for train_pids, test_pids in shuffled_halves(names_by_pid, rng, num_splits):
+        train = sorted(name for pid in train_pids for name in names_by_pid[pid])
         query, gallery = [], []
-        for pid in sorted(pids[half:]):
+        for pid in sorted(test_pids):
             first, second = rng.sample(names_by_pid[pid], 2)
             query.append(first)
             gallery.append(second)
@@ -127,7 +113,7 @@ class ilids(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("ilids",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(ilids), self.LAYOUT)
         image_dir = require_dir(os.path.join(self.dataset_dir, "i-LIDS_Pedestrian", "Persons"), name, self.LAYOUT)
         parsed = {os.path.basename(path): (path, int(m.group(1)), int(m.group(2)) - 1)
                   for path, m in match_names(list_files(image_dir, ".jpg", name), self.NAME, name, self.RULE)}
@@ -176,7 +162,7 @@ class prid(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("prid2011",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(prid), self.LAYOUT)
         shot_dir = os.path.join(self.dataset_dir, "prid_2011", "single_shot")
         cam_a, cam_b = ({int(m.group(1)): path for path, m in match_names(
             list_files(require_dir(os.path.join(shot_dir, cam), name, self.LAYOUT), ".png", name),
@@ -189,9 +175,7 @@ class prid(ImageDataset):  # noqa: N801 (torchreid's registered name)
                                                f"restore the single_shot folder of the PRID 2011 release")
         paired = range(1, self.NUM_PAIRED + 1)
         self.split_path = os.path.join(self.dataset_dir, SPLIT_FILE_NAME)
-        splits = load_or_draw_splits(self.split_path, name, lambda rng: draw_id_splits(paired, rng), ("train", "test"))
-        split = splits[check_split_id(split_id, len(splits), self.split_path, name)]
-        check_split_ids(split, paired, self.split_path, name)
+        split, _ = pick_id_split(self.split_path, name, paired, split_id)
         train: List[Item] = [(images[pid], pid, camid) for pid in split["train"]
                              for camid, images in enumerate((cam_a, cam_b))]
         query = [(cam_a[pid], pid, 0) for pid in split["test"]]
@@ -212,7 +196,7 @@ def read_grid_partitions(mat_path: str, dataset: str) -> List[List[int]]:
     """
     cells = read_mat(mat_path).get("trainIdxAll")
     try:
-        partitions = [[int(v) for v in list(cell.flat[0].values())[2].flat] for cell in cells.flat]
+        partitions = [[int(v) for v in cell.flat[0][2].flat] for cell in cells.flat]  # a struct's 3rd field
     except (AttributeError, IndexError, TypeError, ValueError):
         partitions = []
     if not partitions:
@@ -246,7 +230,7 @@ class grid(ImageDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("grid",), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(grid), self.LAYOUT)
         base = require_dir(os.path.join(self.dataset_dir, "underground_reid"), name, self.LAYOUT)
         probe, gallery_images = ([(path, int(m.group(1)), int(m.group(2)) - 1) for path, m in match_names(
             list_files(require_dir(os.path.join(base, folder), name, self.LAYOUT), ".jpeg", name),

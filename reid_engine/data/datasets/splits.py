@@ -13,14 +13,14 @@ import json
 import logging
 import os
 import random
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from reid_engine.config import ConfigError
 
 from ...utils.errors import ReidUserError
 
 __all__ = ["SPLIT_FILE_NAME", "SPLIT_SEED", "SplitFileError", "load_or_draw_splits", "check_split_id",
-           "split_mismatch", "draw_id_splits", "check_split_ids"]
+           "split_mismatch", "draw_id_splits", "check_split_ids", "shuffled_halves", "two_way_split", "pick_id_split"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +114,19 @@ def check_split_id(split_id: int, count: int, path: str, dataset: str) -> int:
     return split_id
 
 
+def shuffled_halves(ids: Sequence, rng: random.Random, num_splits: int = 10) -> Iterator[Tuple[list, list]]:
+    """``num_splits`` times: the sorted ids shuffled by ``rng``, cut into the first half (rounded down) and the rest.
+
+    The draw every random split protocol here shares (torchreid's): ``(train ids, test ids)``
+    in drawn order.
+    """
+    for _ in range(num_splits):
+        order = sorted(ids)
+        rng.shuffle(order)
+        half = len(order) // 2
+        yield order[:half], order[half:]
+
+
 def draw_id_splits(ids: Sequence[int], rng: random.Random, num_splits: int = 10) -> List[Split]:
     """``num_splits`` draws of half the ids (rounded down) for training and the rest for testing.
 
@@ -124,13 +137,7 @@ def draw_id_splits(ids: Sequence[int], rng: random.Random, num_splits: int = 10)
     Returns:
         ``[{"train": sorted ids, "test": sorted ids}, ...]``.
     """
-    splits = []
-    for _ in range(num_splits):
-        order = sorted(ids)
-        rng.shuffle(order)
-        half = len(order) // 2
-        splits.append({"train": sorted(order[:half]), "test": sorted(order[half:])})
-    return splits
+    return [{"train": sorted(train), "test": sorted(test)} for train, test in shuffled_halves(ids, rng, num_splits)]
 
 
 def check_split_ids(split: Split, known: Sequence, path: str, dataset: str) -> None:
@@ -140,3 +147,40 @@ def check_split_ids(split: Split, known: Sequence, path: str, dataset: str) -> N
         unknown = [value for value in split[key] if value not in known]
         if unknown:
             raise split_mismatch(path, dataset, f"its {key} list names {unknown[0]!r}, which is not in the data")
+
+
+def two_way_split(split_id: int, draws: List[Split], path: str, dataset: str):
+    """torchreid's numbering of two-camera splits: entry 2k is draw k with camera A as the
+    query, entry 2k + 1 the same draw with camera B as the query.
+
+    Returns:
+        ``(draw, b_is_query)``.
+    Raises:
+        ConfigError: ``split_id`` outside ``0 .. 2 * len(draws) - 1``.
+    """
+    index = check_split_id(split_id, 2 * len(draws), path, dataset)
+    return draws[index // 2], bool(index % 2)
+
+
+def pick_id_split(path: str, dataset: str, ids: Sequence, split_id: int, two_way: bool = False) -> Tuple[Split, bool]:
+    """The train / test ids of split ``split_id``: 10 seeded half / half draws over ``ids``, kept in ``path``.
+
+    Args:
+        path: the split file (read if it exists, else drawn and written).
+        dataset: the dataset name (for messages).
+        ids: the ids to divide.
+        split_id: DATASETS.SPLIT_ID.
+        two_way: number the splits as :func:`two_way_split` (each draw twice, the query camera swapped).
+    Returns:
+        ``({"train": ids, "test": ids}, b_is_query)``; ``b_is_query`` is False unless ``two_way``.
+    Raises:
+        SplitFileError: the file cannot be read or names ids not in ``ids``.
+        ConfigError: ``split_id`` out of range.
+    """
+    draws = load_or_draw_splits(path, dataset, lambda rng: draw_id_splits(ids, rng), ("train", "test"))
+    if two_way:
+        draw, b_is_query = two_way_split(split_id, draws, path, dataset)
+    else:
+        draw, b_is_query = draws[check_split_id(split_id, len(draws), path, dataset)], False
+    check_split_ids(draw, ids, path, dataset)
+    return draw, b_is_query

@@ -9,22 +9,24 @@ DATASETS.TESTS is a config error (they have nothing to evaluate).
 
 import os
 import re
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .audit import report_file_problem
 from .bases import ImageDataset
+from .folders import dataset_folders
 from .layout import RawItem, list_files, name_fields, number_raw_items, subfolders, walk_files
-from .paths import find_dataset_dir, require_dir, require_file
+from .paths import find_dataset_dir, list_lines, require_dir, require_file, require_one_dir
 from .registry import DATASET_REGISTRY
 
-__all__ = ["TrainingOnlyDataset", "TRAINING_ONLY_SETS"]
+__all__ = ["TrainingOnlyDataset", "NameFieldsSet", "IdentityFoldersSet", "TRAINING_ONLY_SETS"]
 
 
 class TrainingOnlyDataset(ImageDataset):
     """Base of the sets that only have training images.
 
-    Subclasses set :attr:`FOLDER` (under the data root), :attr:`LAYOUT` (what the folder
-    holds, for errors) and implement :meth:`read`.
+    Subclasses set :attr:`LAYOUT` (what the folder holds, for errors) and implement
+    :meth:`read`. The folder is found by the accepted names of :mod:`.folders`;
+    :attr:`FOLDER` is the first of them (fast-reid's).
 
     Args:
         root: the data root.
@@ -35,9 +37,13 @@ class TrainingOnlyDataset(ImageDataset):
     FOLDER = ""
     LAYOUT = ""
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.FOLDER = dataset_folders(cls, (cls.FOLDER,))[0]
+
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, (self.FOLDER,), self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(type(self)), self.LAYOUT)
         train = number_raw_items(self.read(self.dataset_dir, name))
         super().__init__(train, [], [], name, combineall=combineall, distractor_pids=(),
                          source=self.dataset_dir)
@@ -96,17 +102,57 @@ def read_name_fields(paths: List[str], dataset: str, separator: str, pid_field: 
     return items
 
 
-def camera_before_underscore(dataset: str, rule: str) -> Callable[[str], Optional[str]]:
-    """A ``camera_of`` for :func:`read_identity_folders`: the name text before the first '_'."""
+def camera_field(dataset: str, rule: str, separator: str, field: int) -> Callable[[str], Optional[str]]:
+    """A ``camera_of`` for :func:`read_identity_folders`: field ``field`` of the file name split on ``separator``.
+
+    The name needs at least ``max(field + 1, 2)`` fields (a name without the separator
+    breaks the rule even when field 0 is the camera).
+    """
     def camera_of(path: str) -> Optional[str]:
-        fields = name_fields(path, "_", 2, dataset, rule)
-        return None if fields is None else fields[0]
+        fields = name_fields(path, separator, max(field + 1, 2), dataset, rule)
+        return None if fields is None else fields[field]
     return camera_of
 
 
 def constant_camera(text: str) -> Callable[[str], str]:
     """A ``camera_of`` for sets without camera labels: every image gets ``text``."""
     return lambda path: text
+
+
+class NameFieldsSet(TrainingOnlyDataset):
+    """Sets of image files whose name gives the id (field 0) and the camera (a later field), split on '_'.
+
+    Subclasses set :attr:`IMAGES`, :attr:`EXTENSION`, :attr:`RECURSIVE`, :attr:`CAM_FIELD`
+    and :attr:`RULE` (the expected name, for errors).
+    """
+
+    IMAGES = ""  # the sub-folder holding the images ("": the dataset folder itself)
+    EXTENSION = ".jpg"
+    RECURSIVE = False  # every image below IMAGES, not only those directly inside
+    CAM_FIELD = 1
+    RULE = ""
+
+    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
+        folder = self.require_dir(self.IMAGES) if self.IMAGES else dataset_dir
+        paths = (walk_files if self.RECURSIVE else list_files)(folder, self.EXTENSION, name)
+        return read_name_fields(paths, name, "_", 0, self.CAM_FIELD, self.RULE)
+
+
+class IdentityFoldersSet(TrainingOnlyDataset):
+    """Sets of ``<IMAGES>/<pid>/*<EXTENSION>`` folders; the camera is a field of the file name, or one pseudo camera.
+
+    Subclasses set :attr:`IMAGES`, :attr:`EXTENSION`, :attr:`CAMERA` and :attr:`RULE`.
+    """
+
+    IMAGES = ""  # the sub-folder holding the identity folders ("": the dataset folder itself)
+    EXTENSION = ".jpg"
+    CAMERA: Optional[Tuple[str, int]] = None  # (separator, field) of the camera in the name; None: all "cam0"
+    RULE = ""
+
+    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
+        folder = self.require_dir(self.IMAGES) if self.IMAGES else dataset_dir
+        camera_of = constant_camera("cam0") if self.CAMERA is None else camera_field(name, self.RULE, *self.CAMERA)
+        return read_identity_folders(folder, self.EXTENSION, name, camera_of)
 
 
 @DATASET_REGISTRY.register()
@@ -117,7 +163,6 @@ class cuhkSYSU(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     ``p`` (so its zero padding is dropped, as in fast-reid).
     """
 
-    FOLDER = "cuhk_sysu"
     LAYOUT = "cropped_images/ with images named p<pid>_s<scene>_<k>.jpg (e.g. p11422_s16929_1.jpg)"
     NAME = re.compile(r"p(-?\d+)_s\d")
 
@@ -141,7 +186,6 @@ class AirportALERT(TrainingOnlyDataset):
     >= 11001 are read.
     """
 
-    FOLDER = "AirportALERT"
     LAYOUT = "filepath.txt listing <camera>\\<pid>\\<file> image paths relative to the folder"
     MIN_PID = 11001  # fast-reid keeps pid >= 11001 (its upper bound of 401999 is commented out)
     LINE_RULE = "a line <camera>\\<pid>\\<file> with an integer pid"
@@ -149,63 +193,54 @@ class AirportALERT(TrainingOnlyDataset):
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
         list_path = require_file(os.path.join(dataset_dir, "filepath.txt"), name, self.LAYOUT)
         items = []
-        with open(list_path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                parts = [p for p in re.split(r"[\\/]", line.strip()) if p]
-                if not parts:
-                    continue
-                if len(parts) < 3 or not parts[1].isdigit():
-                    report_file_problem(name, f"{list_path}:{lineno}", self.LINE_RULE, fix="correct the line")
-                    continue
-                if int(parts[1]) < self.MIN_PID:
-                    continue
-                path = os.path.join(dataset_dir, *parts)
-                if not os.path.isfile(path):
-                    report_file_problem(name, path, f"an image listed on line {lineno} of {list_path}",
-                                        fix="restore the file or remove its line")
-                    continue
-                items.append((path, parts[1], parts[0]))
+        for lineno, line in list_lines(list_path):
+            parts = [p for p in re.split(r"[\\/]", line) if p]
+            if not parts:
+                continue
+            if len(parts) < 3 or not parts[1].isdigit():
+                report_file_problem(name, f"{list_path}:{lineno}", self.LINE_RULE, fix="correct the line")
+                continue
+            if int(parts[1]) < self.MIN_PID:
+                continue
+            path = os.path.join(dataset_dir, *parts)
+            if not os.path.isfile(path):
+                report_file_problem(name, path, f"an image listed on line {lineno} of {list_path}",
+                                    fix="restore the file or remove its line")
+                continue
+            items.append((path, parts[1], parts[0]))
         return items
 
 
 @DATASET_REGISTRY.register()
-class iLIDS(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
+class iLIDS(IdentityFoldersSet):  # noqa: N801 (fast-reid's registered name)
     """fast-reid's iLIDS (frames of iLIDS-VID by person): 300 ids / 4,515 images / 2 cameras.
 
     ``iLIDS/<pid>/<camera>_....png``, e.g. ``iLIDS/person001/cam1_person001_00317.png``.
     Not QMUL iLIDS: that one is torchreid's ``ilids``.
     """
 
-    FOLDER = "iLIDS"
     LAYOUT = "<pid>/ sub-folders of <camera>_*.png images (e.g. person001/cam1_person001_00317.png)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(dataset_dir, ".png", name,
-                                     camera_before_underscore(name, "a name <camera>_....png"))
+    EXTENSION = ".png"
+    CAMERA = ("_", 0)
+    RULE = "a name <camera>_....png"
 
 
 @DATASET_REGISTRY.register()
-class PKU(TrainingOnlyDataset):
+class PKU(NameFieldsSet):
     """PKU-Reid: 114 ids / 1,824 images / 2 cameras; ``PKUv1a_128x48/<pid>_<camera>_....png``."""
 
-    FOLDER = "PKUv1a_128x48"
     LAYOUT = "*.png images named <pid>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(dataset_dir, ".png", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....png")
+    EXTENSION = ".png"
+    RULE = "a name <pid>_<camera>_....png"
 
 
 @DATASET_REGISTRY.register()
-class PRAI(TrainingOnlyDataset):
+class PRAI(NameFieldsSet):
     """PRAI-1581 (aerial): 1,580 ids / 39,481 images; ``PRAI-1581/images/<pid>_<camera>_....jpg``."""
 
-    FOLDER = "PRAI-1581"
     LAYOUT = "images/ with *.jpg images named <pid>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(self.require_dir("images"), ".jpg", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....jpg")
+    IMAGES = "images"
+    RULE = "a name <pid>_<camera>_....jpg"
 
 
 @DATASET_REGISTRY.register()
@@ -218,7 +253,6 @@ class PRID(TrainingOnlyDataset):
     torchreid's single-shot benchmark is ``prid``.
     """
 
-    FOLDER = "prid_2011"
     LAYOUT = "slim_train/ with *.png images in person_<pid>/ folders"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -233,7 +267,7 @@ class PRID(TrainingOnlyDataset):
 
 
 @DATASET_REGISTRY.register()
-class GRID(TrainingOnlyDataset):
+class GRID(NameFieldsSet):
     """GRID as fast-reid trains on it: 1,025 ids / 1,275 images / 8 cameras.
 
     ``underground_reid/images/<pid>_<camera>_....jpeg`` (the release's ``probe/`` and
@@ -241,30 +275,25 @@ class GRID(TrainingOnlyDataset):
     fast-reid. torchreid's benchmark with the official partitions is ``grid``.
     """
 
-    FOLDER = "underground_reid"
     LAYOUT = "images/ with *.jpeg images named <pid>_<camera>_... (probe/ and gallery/ merged)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(list_files(self.require_dir("images"), ".jpeg", name), name, "_", 0, 1,
-                                "a name <pid>_<camera>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)")
+    IMAGES = "images"
+    EXTENSION = ".jpeg"
+    RULE = "a name <pid>_<camera>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)"
 
 
 @DATASET_REGISTRY.register()
-class SAIVT(TrainingOnlyDataset):
+class SAIVT(IdentityFoldersSet):
     """SAIVT-SoftBio crops: 152 ids / 7,150 images / 8 cameras.
 
     ``SAIVT-SoftBio/cropped_images/<pid>/*.jpeg``; the camera is the third '-' field of the
     file name.
     """
 
-    FOLDER = "SAIVT-SoftBio"
     LAYOUT = "cropped_images/<pid>/ folders of *.jpeg images whose third '-' field is the camera"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        def camera_of(path: str) -> Optional[str]:
-            fields = name_fields(path, "-", 3, name, "a name <a>-<b>-<camera>....jpeg (three '-' fields)")
-            return None if fields is None else fields[2]
-        return read_identity_folders(self.require_dir("cropped_images"), ".jpeg", name, camera_of)
+    IMAGES = "cropped_images"
+    EXTENSION = ".jpeg"
+    CAMERA = ("-", 2)
+    RULE = "a name <a>-<b>-<camera>....jpeg (three '-' fields)"
 
 
 @DATASET_REGISTRY.register()
@@ -272,17 +301,16 @@ class SenseReID(TrainingOnlyDataset):
     """SenseReID, both folders as training data: 1,718 ids / 3,338 images / 2 cameras.
 
     ``SenseReID/test_gallery/<pid>_<camera>.jpg`` and ``SenseReID/test_prob/`` (fast-reid's
-    spelling).
+    spelling; the release's ``test_probe/``, which torchreid reads, is accepted too).
     """
 
-    FOLDER = "SenseReID"
     LAYOUT = "test_gallery/ and test_prob/ with images named <pid>_<camera>.jpg"
-    SUBFOLDERS = ("test_gallery", "test_prob")
+    SUBFOLDERS = (("test_gallery",), ("test_prob", "test_probe"))
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
         items = []
-        for sub in self.SUBFOLDERS:
-            paths = list_files(self.require_dir(sub), ".jpg", name)
+        for spellings in self.SUBFOLDERS:
+            paths = list_files(require_one_dir(dataset_dir, spellings, name, self.LAYOUT), ".jpg", name)
             for path, pid, camera in read_name_fields(paths, name, "_", 0, 1, "a name <pid>_<camera>.jpg"):
                 items.append((path, pid, camera.split(".")[0]))
         return items
@@ -296,7 +324,6 @@ class SYSU_mm(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
     same id folder in two cameras is the same person.
     """
 
-    FOLDER = "SYSU-MM01"
     LAYOUT = "cam1/, cam2/, cam4/, cam5/ with <pid>/ folders of *.jpg images"
     CAMERAS = ("cam1", "cam2", "cam4", "cam5")
 
@@ -307,28 +334,17 @@ class SYSU_mm(TrainingOnlyDataset):  # noqa: N801 (fast-reid's registered name)
         return items
 
 
-class _OneCameraIdentityFolders(TrainingOnlyDataset):
-    """Sets of ``<pid>/*<EXTENSION>`` folders and no camera labels (one pseudo camera)."""
-
-    EXTENSION = ".jpg"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(dataset_dir, self.EXTENSION, name, constant_camera("cam0"))
-
-
 @DATASET_REGISTRY.register()
-class Thermalworld(_OneCameraIdentityFolders):
+class Thermalworld(IdentityFoldersSet):
     """Thermalworld (RGB part): 409 ids / 8,103 images; ``thermalworld_rgb/<pid>/*.jpg``."""
 
-    FOLDER = "thermalworld_rgb"
     LAYOUT = "<pid>/ folders of *.jpg images"
 
 
 @DATASET_REGISTRY.register()
-class PeS3D(_OneCameraIdentityFolders):
+class PeS3D(IdentityFoldersSet):
     """3DPeS: 193 ids / 1,012 images; ``3DPeS/<pid>/*.bmp``."""
 
-    FOLDER = "3DPeS"
     LAYOUT = "<pid>/ folders of *.bmp images"
     EXTENSION = ".bmp"
 
@@ -337,7 +353,6 @@ class PeS3D(_OneCameraIdentityFolders):
 class CAVIARa(TrainingOnlyDataset):
     """CAVIAR4REID: 72 ids / 1,220 images; ``CAVIARa/*.jpg``, the id is the first 4 characters."""
 
-    FOLDER = "CAVIARa"
     LAYOUT = "*.jpg images whose first 4 characters are the pid (e.g. 0001001.jpg)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -359,7 +374,6 @@ class VIPeR(TrainingOnlyDataset):
     is the same person. torchreid's benchmark with test splits is ``viper``.
     """
 
-    FOLDER = "VIPeR"
     LAYOUT = "cam_a/ and cam_b/ with images named <pid>_<angle>.bmp (e.g. cam_a/000_45.bmp)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:
@@ -381,7 +395,6 @@ class LPW(TrainingOnlyDataset):
     (``view1`` of every scene is one camera), as in fast-reid.
     """
 
-    FOLDER = "pep_256x128/data_slim"
     LAYOUT = "scen1/, scen2/, scen3/ with <camera>/<pid>/ folders of *.jpg images"
     SCENES = ("scen1", "scen2", "scen3")
 
@@ -397,34 +410,31 @@ class LPW(TrainingOnlyDataset):
 
 
 @DATASET_REGISTRY.register()
-class Shinpuhkan(TrainingOnlyDataset):
+class Shinpuhkan(NameFieldsSet):
     """Shinpuhkan: 24 ids / 4,501 images / 8 cameras.
 
     Every ``*.jpg`` below ``shinpuhkan/``, named ``<pid>_<x>_<camera>_...``: the id is field
     0 and the camera field 2 of the name split on '_'.
     """
 
-    FOLDER = "shinpuhkan"
     LAYOUT = "*.jpg images (in any sub-folder) named <pid>_<x>_<camera>_..."
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_name_fields(walk_files(dataset_dir, ".jpg", name), name, "_", 0, 2,
-                                "a name <pid>_<x>_<camera>_....jpg (three '_' fields)")
+    RECURSIVE = True
+    CAM_FIELD = 2
+    RULE = "a name <pid>_<x>_<camera>_....jpg (three '_' fields)"
 
 
 @DATASET_REGISTRY.register()
-class WildTrackCrop(TrainingOnlyDataset):
+class WildTrackCrop(IdentityFoldersSet):
     """WILDTRACK person crops: 313 ids / 33,979 images / 7 cameras.
 
     ``Wildtrack_crop_dataset/crop/<pid>/<camera>_<frame>.png`` (e.g. ``02_00000135.png``).
     """
 
-    FOLDER = "Wildtrack_crop_dataset"
     LAYOUT = "crop/<pid>/ folders of images named <camera>_<frame>.png (e.g. 02_00000135.png)"
-
-    def read(self, dataset_dir: str, name: str) -> List[RawItem]:
-        return read_identity_folders(self.require_dir("crop"), ".png", name,
-                                     camera_before_underscore(name, "a name <camera>_<frame>.png"))
+    IMAGES = "crop"
+    EXTENSION = ".png"
+    CAMERA = ("_", 0)
+    RULE = "a name <camera>_<frame>.png"
 
 
 @DATASET_REGISTRY.register()
@@ -436,7 +446,6 @@ class cuhksysu(TrainingOnlyDataset):  # noqa: N801 (torchreid's registered name)
     the set is refused in DATASETS.TESTS, like fast-reid's ``cuhkSYSU``.
     """
 
-    FOLDER = "cuhksysu"
     LAYOUT = "cropped_images/ with images named <pid>_....jpg (e.g. p11422_s16929_1.jpg)"
 
     def read(self, dataset_dir: str, name: str) -> List[RawItem]:

@@ -1,26 +1,34 @@
-"""VehicleID (Liu et al., CVPR 2016) with its small / medium / large test lists."""
+"""VehicleID (Liu et al., CVPR 2016): fast-reid's 13,164-vehicle test set and the small / medium / large lists."""
 
 import os
 import random
 from collections import defaultdict
 from typing import Dict, List, Tuple
 
-from .bases import ImageDataset, Item
-from .paths import find_dataset_dir, read_name_id_list, require_dir, require_file, require_listed_files
+from .bases import Item
+from .paths import read_name_id_list, require_listed_files
 from .registry import DATASET_REGISTRY
+from .sized_tests import SizedTestListDataset, sized_variants
 
-_LAYOUT = ("image/*.jpg and train_test_split/ with train_list.txt and "
+__all__ = ["VehicleID", "SmallVehicleID", "MediumVehicleID", "LargeVehicleID", "read_vehicleid_list",
+           "split_query_gallery"]
+
+_LAYOUT = ("image/*.jpg and train_test_split/ with train_list.txt and test_list_13164.txt / "
            "test_list_800.txt / test_list_1600.txt / test_list_2400.txt")
-TEST_SIZES = (800, 1600, 2400)
+TEST_SIZES = (800, 1600, 2400, 13164)
 GALLERY_SEED = 0  # the fixed seed of the one-gallery-image-per-vehicle draw
 
 
 def read_vehicleid_list(list_path: str, image_dir: str) -> List[Tuple[str, int]]:
-    """Read ``imagename vid`` lines into ``(image_path, vid)`` pairs (``.jpg`` appended)."""
+    """Read ``imagename vid`` lines into ``(image_path, vid)`` pairs (``.jpg`` appended).
+
+    Under ``reid-data check`` every malformed line and every missing image is reported
+    (and left out); a normal load stops at the first.
+    """
     pairs = [(os.path.join(image_dir, name + ".jpg"), vid)
              for name, vid in read_name_id_list(list_path, "VehicleID", "imagename vid")]
-    require_listed_files([p for p, _ in pairs], list_path, "VehicleID", _LAYOUT)
-    return pairs
+    exists = require_listed_files([p for p, _ in pairs], list_path, "VehicleID", _LAYOUT)
+    return [pair for pair, ok in zip(pairs, exists) if ok]
 
 
 def split_query_gallery(pairs: List[Tuple[str, int]], seed: int = GALLERY_SEED
@@ -51,55 +59,32 @@ def split_query_gallery(pairs: List[Tuple[str, int]], seed: int = GALLERY_SEED
 
 
 @DATASET_REGISTRY.register()
-class VehicleID(ImageDataset):
-    """VehicleID: folder ``VehicleID_V1.0/`` with ``image/`` and ``train_test_split/``.
+class VehicleID(SizedTestListDataset):
+    """VehicleID: folder ``VehicleID_V1.0/`` (or fast-reid's ``vehicleid/``) with ``image/`` and ``train_test_split/``.
 
     Training images come from ``train_list.txt`` (all with camid 0: the set has no camera
     labels); the test set from ``test_list_<test_size>.txt`` split by
-    :func:`split_query_gallery`.
+    :func:`split_query_gallery`. The plain set tests on ``test_list_13164.txt``, as
+    fast-reid's ``VehicleID`` does; ``SmallVehicleID`` / ``MediumVehicleID`` /
+    ``LargeVehicleID`` on the 800 / 1,600 / 2,400-vehicle lists.
 
     Args:
         root: the data root.
         combineall: fold query + gallery into training.
-        test_size: 800 (small, default), 1600 (medium) or 2400 (large).
+        test_size: 13164 (default), 800, 1600 or 2400.
     """
 
-    TEST_SIZE = 800
+    IMAGE_FOLDER = "image"
+    LAYOUT = _LAYOUT
+    TEST_SIZES = TEST_SIZES
+    TEST_SIZE = 13164
 
-    def __init__(self, root: str = "datasets", combineall: bool = False,
-                 test_size: int = 0):
-        test_size = test_size or self.TEST_SIZE
-        if test_size not in TEST_SIZES:
-            raise ValueError(f"VehicleID: test_size must be one of {TEST_SIZES}, got {test_size}")
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("VehicleID_V1.0",), _LAYOUT)
-        image_dir = require_dir(os.path.join(self.dataset_dir, "image"), name, _LAYOUT)
-        split_dir = require_dir(os.path.join(self.dataset_dir, "train_test_split"), name, _LAYOUT)
-        train_list = require_file(os.path.join(split_dir, "train_list.txt"), name, _LAYOUT)
-        test_list = require_file(os.path.join(split_dir, f"test_list_{test_size}.txt"), name,
-                                 _LAYOUT)
-        train = [(path, vid, 0) for path, vid in read_vehicleid_list(train_list, image_dir)]
-        query, gallery = split_query_gallery(read_vehicleid_list(test_list, image_dir))
-        super().__init__(train, query, gallery, name, combineall=combineall,
-                         distractor_pids=(), source=self.dataset_dir)
+    def read_splits(self, test_size: int) -> Tuple[List[Item], List[Item], List[Item]]:
+        """Train from ``train_list.txt``; query / gallery drawn from ``test_list_<test_size>.txt``."""
+        train = [(path, vid, 0) for path, vid in read_vehicleid_list(self.list_file("train_list.txt"), self.image_dir)]
+        query, gallery = split_query_gallery(
+            read_vehicleid_list(self.list_file(f"test_list_{test_size}.txt"), self.image_dir))
+        return train, query, gallery
 
 
-@DATASET_REGISTRY.register()
-class SmallVehicleID(VehicleID):
-    """VehicleID with the 800-vehicle test list."""
-
-    TEST_SIZE = 800
-
-
-@DATASET_REGISTRY.register()
-class MediumVehicleID(VehicleID):
-    """VehicleID with the 1,600-vehicle test list."""
-
-    TEST_SIZE = 1600
-
-
-@DATASET_REGISTRY.register()
-class LargeVehicleID(VehicleID):
-    """VehicleID with the 2,400-vehicle test list."""
-
-    TEST_SIZE = 2400
+SmallVehicleID, MediumVehicleID, LargeVehicleID = sized_variants(VehicleID, (800, 1600, 2400), "vehicle")

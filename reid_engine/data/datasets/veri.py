@@ -6,7 +6,7 @@ from .registry import DATASET_REGISTRY
 
 @DATASET_REGISTRY.register()
 class VeRi(MarketStyleDataset):
-    """VeRi-776: folder ``VeRi/`` with ``image_train/``, ``image_query/``, ``image_test/``.
+    """VeRi-776: folder ``VeRi/`` (or fast-reid's ``veri/``) with ``image_train/``, ``image_query/``, ``image_test/``.
 
     Names ``0001_c001_00016450_0.jpg``: vehicle id 1, camid 0. Vehicle ids have no
     distractor value, so COMBINEALL folds every test id into training.
@@ -16,7 +16,6 @@ class VeRi(MarketStyleDataset):
         combineall: fold query + gallery into training.
     """
 
-    DATASET_DIRS = ("VeRi",)
     SPLIT_DIRS = ("image_train", "image_query", "image_test")
     NAME_EXAMPLE = "0001_c001_00016450_0.jpg"
     DISTRACTOR_PIDS = ()

@@ -4,9 +4,10 @@ import os
 from typing import Dict, List, Tuple
 
 from .audit import report_file_problem
-from .bases import ImageDataset, Item
-from .paths import find_dataset_dir, require_dir, require_file
+from .bases import Item
+from .paths import list_lines
 from .registry import DATASET_REGISTRY
+from .sized_tests import SizedTestListDataset, sized_variants
 
 __all__ = ["VeRiWild", "SmallVeRiWild", "MediumVeRiWild", "LargeVeRiWild", "read_vehicle_info",
            "read_veriwild_list"]
@@ -29,18 +30,16 @@ def read_vehicle_info(info_path: str, image_dir: str, dataset: str) -> Dict[str,
         ``{imgid: (image path, camera)}``; the camera is the integer as written (not shifted).
     """
     table = {}
-    with open(info_path, encoding="utf-8") as f:
-        next(f, None)  # the header line
-        for lineno, line in enumerate(f, 2):
-            fields = line.strip().split(";")
-            if not fields[0]:
-                continue
-            key = fields[0].split("/")
-            if len(fields) < 2 or len(key) != 2 or not fields[1].strip().isdigit():
-                report_file_problem(dataset, f"{info_path}:{lineno}", "a record <vid>/<imgid>;<camera>;... with "
-                                    "an integer camera", fix="correct the line")
-                continue
-            table[key[1]] = (os.path.join(image_dir, key[0], key[1] + ".jpg"), int(fields[1]))
+    for lineno, line in list_lines(info_path, header=True):
+        fields = line.split(";")
+        if not fields[0]:
+            continue
+        key = fields[0].split("/")
+        if len(fields) < 2 or len(key) != 2 or not fields[1].strip().isdigit():
+            report_file_problem(dataset, f"{info_path}:{lineno}", "a record <vid>/<imgid>;<camera>;... with "
+                                "an integer camera", fix="correct the line")
+            continue
+        table[key[1]] = (os.path.join(image_dir, key[0], key[1] + ".jpg"), int(fields[1]))
     return table
 
 
@@ -52,30 +51,26 @@ def read_veriwild_list(list_path: str, info: Dict[str, Tuple[str, int]], dataset
     (:mod:`.audit`).
     """
     items = []
-    with open(list_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            parts = line.split("/")
-            imgid = parts[-1].split(".")[0]
-            where = f"{list_path}:{lineno}"
-            if len(parts) != 2 or not parts[0].isdigit():
-                report_file_problem(dataset, where, "a line <vid>/<imgid> (e.g. 00001/000001)", fix="correct the line")
-            elif imgid not in info:
-                report_file_problem(dataset, where, f"an image id of vehicle_info.txt (got '{imgid}')",
-                                    fix="correct the line or the info file")
-            elif not os.path.isfile(info[imgid][0]):
-                report_file_problem(dataset, info[imgid][0], f"an image (listed on line {lineno} of {list_path})",
-                                    fix="restore the image or remove its line")
-            else:
-                path, camera = info[imgid]
-                items.append((path, int(parts[0]), camera))
+    for lineno, line in list_lines(list_path):
+        parts = line.split("/")
+        imgid = parts[-1].split(".")[0]
+        where = f"{list_path}:{lineno}"
+        if len(parts) != 2 or not parts[0].isdigit():
+            report_file_problem(dataset, where, "a line <vid>/<imgid> (e.g. 00001/000001)", fix="correct the line")
+        elif imgid not in info:
+            report_file_problem(dataset, where, f"an image id of vehicle_info.txt (got '{imgid}')",
+                                fix="correct the line or the info file")
+        elif not os.path.isfile(info[imgid][0]):
+            report_file_problem(dataset, info[imgid][0], f"an image (listed on line {lineno} of {list_path})",
+                                fix="restore the image or remove its line")
+        else:
+            path, camera = info[imgid]
+            items.append((path, int(parts[0]), camera))
     return items
 
 
 @DATASET_REGISTRY.register()
-class VeRiWild(ImageDataset):
+class VeRiWild(SizedTestListDataset):
     """VERI-Wild: 30,671 train vehicles / 277,797 images; the test set of ``TEST_SIZE`` vehicles.
 
     Folder ``VERI-Wild/`` with ``images/<vid>/<imgid>.jpg`` and ``train_test_split/``. The
@@ -90,43 +85,18 @@ class VeRiWild(ImageDataset):
         test_size: 3000, 5000 or 10000 (default: the class's ``TEST_SIZE``).
     """
 
+    IMAGE_FOLDER = "images"
+    LAYOUT = _LAYOUT
+    TEST_SIZES = TEST_SIZES
     TEST_SIZE = 10000
 
-    def __init__(self, root: str = "datasets", combineall: bool = False, test_size: int = 0):
-        test_size = test_size or self.TEST_SIZE
-        if test_size not in TEST_SIZES:
-            raise ValueError(f"VeRiWild: test_size must be one of {TEST_SIZES}, got {test_size}")
+    def read_splits(self, test_size: int) -> Tuple[List[Item], List[Item], List[Item]]:
+        """Train, query and gallery from their list files, paths and cameras from ``vehicle_info.txt``."""
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("VERI-Wild",), _LAYOUT)
-        image_dir = require_dir(os.path.join(self.dataset_dir, "images"), name, _LAYOUT)
-        split_dir = require_dir(os.path.join(self.dataset_dir, "train_test_split"), name, _LAYOUT)
-
-        def list_file(file_name: str) -> str:
-            return require_file(os.path.join(split_dir, file_name), name, _LAYOUT)
-
-        lists = [list_file(f) for f in ("train_list.txt", f"test_{test_size}_query.txt", f"test_{test_size}.txt")]
-        info = read_vehicle_info(list_file("vehicle_info.txt"), image_dir, name)
+        lists = [self.list_file(f) for f in ("train_list.txt", f"test_{test_size}_query.txt", f"test_{test_size}.txt")]
+        info = read_vehicle_info(self.list_file("vehicle_info.txt"), self.image_dir, name)
         train, query, gallery = (read_veriwild_list(path, info, name) for path in lists)
-        super().__init__(train, query, gallery, name, combineall=combineall, distractor_pids=(),
-                         source=self.dataset_dir)
+        return train, query, gallery
 
 
-@DATASET_REGISTRY.register()
-class SmallVeRiWild(VeRiWild):
-    """VERI-Wild with the 3,000-vehicle test set (``test_3000*.txt``)."""
-
-    TEST_SIZE = 3000
-
-
-@DATASET_REGISTRY.register()
-class MediumVeRiWild(VeRiWild):
-    """VERI-Wild with the 5,000-vehicle test set (``test_5000*.txt``)."""
-
-    TEST_SIZE = 5000
-
-
-@DATASET_REGISTRY.register()
-class LargeVeRiWild(VeRiWild):
-    """VERI-Wild with the 10,000-vehicle test set (``test_10000*.txt``)."""
-
-    TEST_SIZE = 10000
+SmallVeRiWild, MediumVeRiWild, LargeVeRiWild = sized_variants(VeRiWild, (3000, 5000, 10000), "vehicle")

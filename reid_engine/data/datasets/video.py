@@ -16,9 +16,10 @@ from tabulate import tabulate
 
 from .audit import report_file_problem
 from .bases import JUNK_PID, DatasetFormatError, ImageDataset
+from .folders import dataset_folders
 from .layout import list_files, subfolders
-from .matfile import read_mat
-from .paths import find_dataset_dir, require_dir, require_file
+from .matlab import read_mat
+from .paths import find_dataset_dir, list_lines, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
     check_split_id,
@@ -72,8 +73,7 @@ MARS_LAYOUT = ("bbox_train/<pid4>/*.jpg, bbox_test/<pid4>/*.jpg and info/ (train
 
 
 def _read_lines(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
+    return [line for _, line in list_lines(path)]
 
 
 def _mat_variable(path: str, variable: str, dataset: str):
@@ -102,7 +102,7 @@ class mars(VideoDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("mars",), MARS_LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(mars), MARS_LAYOUT)
         info = require_dir(os.path.join(self.dataset_dir, "info"), name, MARS_LAYOUT)
         junk: Dict[str, int] = {"train": 0, "query": 0, "gallery": 0}
         splits = {}
@@ -191,7 +191,7 @@ class ilidsvid(VideoDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("ilids-vid",), ILIDSVID_LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(ilidsvid), ILIDSVID_LAYOUT)
         sequences = os.path.join(self.dataset_dir, "i-LIDS-VID", "sequences")
         cams = [require_dir(os.path.join(sequences, cam), name, ILIDSVID_LAYOUT) for cam in ("cam1", "cam2")]
         people = subfolders(cams[0], name, "inside personNNN/ sub-folders")
@@ -248,7 +248,7 @@ class prid2011(VideoDataset):  # noqa: N801 (torchreid's registered name)
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, ("prid2011",), PRID2011_LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(prid2011), PRID2011_LAYOUT)
         base = os.path.join(self.dataset_dir, "prid_2011", "multi_shot")
         cams = [require_dir(os.path.join(base, cam), name, PRID2011_LAYOUT) for cam in ("cam_a", "cam_b")]
         both = sorted(set(subfolders(cams[0])) & set(subfolders(cams[1])))
@@ -313,13 +313,13 @@ class dukemtmcvidreid(VideoDataset):  # noqa: N801 (torchreid's registered name)
         combineall: fold query + gallery into training.
     """
 
-    DATASET_DIRS: Sequence[str] = ("dukemtmc-vidreid/DukeMTMC-VideoReID",)
+    DATASET_DIRS: Sequence[str] = ()  # set per instance by a generated set; else the names of .folders
     LAYOUT = DUKEVID_LAYOUT
     MIN_SEQ_LEN = 0  # torchreid's min_seq_len
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
         name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS, self.LAYOUT)
+        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS or dataset_folders(type(self)), self.LAYOUT)
         train, query, gallery = (self._read_split(require_dir(os.path.join(self.dataset_dir, split), name,
                                                               self.LAYOUT), name)
                                  for split in ("train", "query", "gallery"))

@@ -1,10 +1,33 @@
 """Tiny fake dataset trees (empty files) built from the layouts in datasets/README.md.
 
-Parsing reads names and list files only, never pixels, so every image is an empty file.
+Parsing reads names and list files only, never pixels, so most images are empty files;
+the trees ``reid-data check`` decodes hold real 2x2 images (:func:`write_image`).
 """
 
+import functools
+import io
 import os
 from typing import Dict, Iterable, List, Sequence, Tuple
+
+from PIL import Image
+
+_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".bmp": "BMP"}
+
+
+@functools.lru_cache(maxsize=None)
+def image_bytes(extension: str) -> bytes:
+    """The bytes of a 2x2 RGB image in the format of ``extension`` (e.g. ``".jpg"``)."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (2, 2), (200, 30, 30)).save(buffer, _FORMATS[extension.lower()])
+    return buffer.getvalue()
+
+
+def write_image(path: str) -> str:
+    """Write a real 2x2 image at ``path`` (format from the extension, folders created); return the path."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(image_bytes(os.path.splitext(path)[1]))
+    return path
 
 
 def touch(path: str) -> str:
@@ -52,17 +75,18 @@ MARKET_FILES: Dict[str, List[str]] = {
 
 
 def make_market(root: str) -> str:
-    """Market-1501 with junk (-1) in train and gallery and two distractors (0) in the gallery."""
+    """Market-1501 (real 2x2 images) with junk (-1) in train and gallery and two distractors (0) in the gallery."""
     base = os.path.join(root, "Market-1501-v15.09.15")
     for folder, names in MARKET_FILES.items():
-        touch_all(os.path.join(base, folder), names)
+        for name in names:
+            write_image(os.path.join(base, folder, name))
     return base
 
 
 # ---------------------------------------------------------------------------------- VIPeR
 
 def make_viper_images(base: str, num_people: int) -> None:
-    """``cam_a/NNN_0.bmp`` and ``cam_b/NNN_90.bmp`` for people 0..num_people-1."""
+    """``cam_a/NNN_0.bmp`` and ``cam_b/NNN_90.bmp`` (real 2x2 images) for people 0..num_people-1."""
     for i in range(num_people):
-        touch(os.path.join(base, "cam_a", f"{i:03d}_0.bmp"))
-        touch(os.path.join(base, "cam_b", f"{i:03d}_90.bmp"))
+        write_image(os.path.join(base, "cam_a", f"{i:03d}_0.bmp"))
+        write_image(os.path.join(base, "cam_b", f"{i:03d}_90.bmp"))

@@ -3,13 +3,14 @@
 import json
 import os
 
+import numpy as np
 import pytest
+from scipy.io import savemat
 
 from reid_engine.config import ConfigError
 from reid_engine.data.datasets import DatasetFormatError, DatasetNotFoundError, SplitFileError, get_dataset
 from reid_engine.data.datasets.splits import SPLIT_FILE_NAME
 from tests.data.datasets.fake_trees import make_viper_images, relative, touch, touch_all, write
-from tests.data.datasets.mat_writer import double, grid_partitions_mat, write_mat
 
 
 def split_signature(ds, root):
@@ -169,7 +170,12 @@ def make_grid(root, compress=False):
     touch_all(os.path.join(base, "probe"), [f"{pid:04d}_{pid % 8 + 1}_1_1_1_1_1.jpeg" for pid in range(1, 7)])
     touch_all(os.path.join(base, "gallery"), [f"{pid:04d}_{(pid + 3) % 8 + 1}_2_2_2_2_2.jpeg" for pid in range(1, 7)]
               + ["0000_1_3_3_3_3_3.jpeg", "0000_7_4_4_4_4_4.jpeg"])
-    grid_partitions_mat(os.path.join(base, "features_and_partitions.mat"), GRID_PARTITIONS, compress)
+    # trainIdxAll: a cell of structs whose 3rd field lists the partition's training ids
+    cells = np.empty((1, len(GRID_PARTITIONS)), dtype=object)
+    for k, ids in enumerate(GRID_PARTITIONS):
+        cells[0, k] = {"trainIdx0": float(k), "testIdx": np.zeros((1, 2)), "trainIdx": np.array([ids], dtype=float)}
+    savemat(os.path.join(base, "features_and_partitions.mat"), {"trainIdxAll": cells, "features": np.ones((1, 2))},
+            do_compression=compress)
     return base
 
 
@@ -198,8 +204,8 @@ def test_grid_unreadable_partitions_name_the_file(tmp_path):
     mat = write(os.path.join(base, "features_and_partitions.mat"), "not a mat file")
     with pytest.raises(DatasetFormatError) as err:
         get_dataset("grid", root)
-    assert "\n" not in str(err.value) and mat in str(err.value) and "level-5" in str(err.value)
-    write_mat(mat, [double([[1.0]], name="other")])
+    assert "\n" not in str(err.value) and mat in str(err.value) and "cannot read the MATLAB file" in str(err.value)
+    savemat(mat, {"other": np.ones((1, 1))})
     with pytest.raises(DatasetFormatError, match="holds no trainIdxAll partitions"):
         get_dataset("grid", root)
     os.remove(mat)

@@ -5,12 +5,12 @@ import os
 
 import numpy as np
 import pytest
+from scipy.io import savemat
 
 from reid_engine.config import ConfigError
 from reid_engine.data.datasets import DATASET_REGISTRY, DatasetFormatError, DatasetNotFoundError, get_dataset
 
 from .fake_trees import touch, write
-from .mat_writer import double, write_mat
 
 
 def _base(items, root):
@@ -37,12 +37,11 @@ def _mars_tree(root):
             pid = -1 if pid_text == "00-1" else int(pid_text)
             rows.append([start, len(names), pid, cam])
         write(os.path.join(base, "info", f"{split}_name.txt"), "\n".join(names) + "\n")
-        write_mat(os.path.join(base, "info", f"tracks_{split}_info.mat"),
-                  [double(np.array(rows, dtype=float), name=f"track_{split}_info")])
+        savemat(os.path.join(base, "info", f"tracks_{split}_info.mat"), {f"track_{split}_info": np.array(rows, dtype=float)})
 
     build("train", train)
     build("test", test)
-    write_mat(os.path.join(base, "info", "query_IDX.mat"), [double([[1, 3]], name="query_IDX")])
+    savemat(os.path.join(base, "info", "query_IDX.mat"), {"query_IDX": np.array([[1.0, 3.0]])})
     return base
 
 
@@ -76,8 +75,8 @@ def _ilidsvid_tree(root, people=6, splits=((1, 2, 3, 4, 5, 6), (6, 5, 4, 3, 2, 1
                 touch(os.path.join(base, "i-LIDS-VID", "sequences", cam, f"person{k:03d}",
                                    f"{cam}_person{k:03d}_{frame:05d}.png"))
     os.makedirs(os.path.join(base, "train-test people splits"))
-    write_mat(os.path.join(base, "train-test people splits", "train_test_splits_ilidsvid.mat"),
-              [double(np.array(splits, dtype=float), name="ls_set")])
+    savemat(os.path.join(base, "train-test people splits", "train_test_splits_ilidsvid.mat"),
+            {"ls_set": np.array(splits, dtype=float)})
     return base
 
 
