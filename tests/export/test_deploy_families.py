@@ -13,6 +13,8 @@ from reid_engine.config import get_cfg
 from reid_engine.data.datasets import get_dataset
 from reid_engine.inference import OnnxRuntimeModel, contract_config
 from reid_engine.modeling import build_model
+from reid_engine.modeling.backbones.resnest import RESNEST_DEPTHS
+from reid_engine.modeling.backbones.resnext import RESNEXT_DEPTHS
 from reid_engine.modeling.backbones.vit import VIT_DEPTHS, ViTSpec
 
 pytest.importorskip("onnxruntime")  # in requirements.txt: CI runs these tests
@@ -43,10 +45,13 @@ SLOW = {
     "vit / TransReID": ["MODEL.META_ARCHITECTURE", "TransReID", "MODEL.BACKBONE.NAME", "build_vit_backbone",
                         "MODEL.BACKBONE.DEPTH", "tiny", "MODEL.BACKBONE.STRIDE_SIZE", (16, 16),
                         "MODEL.HEADS.POOL_LAYER", "Identity", "MODEL.JPM.NUM_PARTS", 2],
-    "resnext": ["MODEL.BACKBONE.NAME", "build_resnext_backbone", "MODEL.BACKBONE.DEPTH", "50x"],
-    "resnest": ["MODEL.BACKBONE.NAME", "build_resnest_backbone", "MODEL.BACKBONE.DEPTH", "50x"],
+    "resnext": ["MODEL.BACKBONE.NAME", "build_resnext_backbone", "MODEL.BACKBONE.DEPTH", "tiny"],
+    "resnest": ["MODEL.BACKBONE.NAME", "build_resnest_backbone", "MODEL.BACKBONE.DEPTH", "tiny"],
 }
-TINY_VIT = ViTSpec(dim=64, depth=2, heads=2)
+# "tiny" members: the family's own blocks, fewer of them (the smallest registered ones have
+# 22-25 M parameters)
+TINY_DEPTHS = [(VIT_DEPTHS, ViTSpec(dim=64, depth=2, heads=2)), (RESNEXT_DEPTHS, (1, 1, 1, 1)),
+               (RESNEST_DEPTHS, ((1, 1, 1, 1), 32))]
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +84,13 @@ def _export_and_quantize(cfg, folder, calibration_images):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_family_exports_fp32_and_int8(family, data_root, calibration_images, tmp_path, monkeypatch):
-    monkeypatch.setitem(VIT_DEPTHS, "tiny", TINY_VIT)
+def test_family_exports_fp32_and_int8(family, data_root, calibration_images, tmp_path):
     _export_and_quantize(_cfg(data_root, FAMILIES[family]), tmp_path, calibration_images)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(SLOW))
 def test_slower_family_exports_fp32_and_int8(family, data_root, calibration_images, tmp_path, monkeypatch):
-    monkeypatch.setitem(VIT_DEPTHS, "tiny", TINY_VIT)
+    for depths, spec in TINY_DEPTHS:
+        monkeypatch.setitem(depths, "tiny", spec)
     _export_and_quantize(_cfg(data_root, SLOW[family]), tmp_path, calibration_images)
