@@ -128,7 +128,7 @@ class DeployContract:
             f"output {self.output_name}: B x {self.feature_dim} float32, {kind}"
             + (", flip-averaged inside" if self.flip_averaged else ""),
         ]
-        return "\n".join(lines + [f"{k}: {v}" for k, v in self.to_dict().items()])
+        return "\n".join(lines + [f"{k}: {v or '-'}" for k, v in self.to_dict().items()])
 
     def configure(self, cfg: CfgNode) -> CfgNode:
         """A frozen copy of `cfg` whose test transforms produce this contract's input.
