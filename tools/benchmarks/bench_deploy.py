@@ -143,15 +143,16 @@ def main(argv=None):
         table = {}
         for name in args.models:
             weights = args.main_weights if name == "main" else args.r50_weights
-            table[name] = (bench_model(name, weights, args), "trained: " + weights if weights else "untrained")
+            table[name] = (bench_model(name, weights, args), "trained" if weights else "untrained")
+            print(f"[{name}] weights: {weights or 'seeded random initialization (untrained)'}")
     print()
-    print(f"{'model':<6} {'weights':<40} {'back end':<18} {'img/s b1':>9} {'img/s b32':>10} {'x eager b32':>11} "
+    print(f"{'model':<6} {'weights':<10} {'back end':<18} {'img/s b1':>9} {'img/s b32':>10} {'x eager b32':>11} "
           f"{'mAP':>7}")
     for name, (rows, weights) in table.items():
         for backend, row in rows.items():
             ratio = row["b32"] / rows["eager"]["b32"]
             shown = f"{row['mAP']:.2f}" if "mAP" in row else "-"
-            print(f"{name:<6} {weights[-40:]:<40} {LABELS[backend]:<18} {row['b1']:>9.1f} {row['b32']:>10.1f} "
+            print(f"{name:<6} {weights:<10} {LABELS[backend]:<18} {row['b1']:>9.1f} {row['b32']:>10.1f} "
                   f"{ratio:>10.2f}x {shown:>7}")
         drop = rows["onnx"]["mAP"] - rows["int8"]["mAP"]
         print(f"{name}: int8 vs PyTorch eager at batch 32: {rows['int8']['b32'] / rows['eager']['b32']:.2f}x "
