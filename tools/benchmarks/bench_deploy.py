@@ -25,6 +25,7 @@ Example:
     OMP_NUM_THREADS=2 python tools/benchmarks/bench_deploy.py --data-root datasets \\
         --main-weights output/synthetic_r18_half/model_final.pth
     OMP_NUM_THREADS=2 python tools/benchmarks/bench_deploy.py --models r50 --map-for onnx int8
+    OMP_NUM_THREADS=1 python tools/benchmarks/bench_deploy.py --models r50 --threads 1 --no-map
 """
 import argparse
 import os
@@ -36,8 +37,22 @@ import torch
 from torch import nn
 
 from reid_engine.config import get_cfg
-from reid_engine.export import evaluate_on_test_set, export_model, images_per_second, quantize_and_verify
-from reid_engine.inference import FeatureExtractor, OnnxRuntimeModel, build_inference_model, read_contract
+from reid_engine.export import (
+    CalibrationBatches,
+    calibration_paths,
+    evaluate_on_test_set,
+    export_model,
+    images_per_second,
+    quantize_and_verify,
+    quantize_onnx,
+)
+from reid_engine.inference import (
+    FeatureExtractor,
+    OnnxRuntimeModel,
+    build_inference_model,
+    contract_config,
+    read_contract,
+)
 from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,9 +98,17 @@ def bench_model(name: str, weights: str, args) -> dict:
     out = os.path.join(args.output, name)
     results = export_model(cfg, out, model=model, source_config=MODELS[name][0])
     started = time.perf_counter()
-    quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
-                                calibration_size=args.calibration_size, max_map_drop=float("inf"), speed_seconds=0.5)
-    print(f"[{name}] export + int8 quantization + fp32/int8 evaluation: {time.perf_counter() - started:.0f} s", flush=True)
+    if args.no_map:  # quantize only: no evaluation at all
+        fp32 = OnnxRuntimeModel(results["onnx"]["path"])
+        paths = calibration_paths(cfg, "train", args.calibration_size)
+        reader = CalibrationBatches(paths, contract_config(cfg, fp32.contract), fp32.contract)
+        quant = {"path": quantize_onnx(fp32.path, os.path.join(out, "model_int8.onnx"), "int8", reader)}
+    else:
+        quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
+                                    calibration_size=args.calibration_size, max_map_drop=float("inf"),
+                                    speed_seconds=0.5)
+    what = "int8 quantization" if args.no_map else "int8 quantization + fp32/int8 evaluation"
+    print(f"[{name}] {what}: {time.perf_counter() - started:.0f} s", flush=True)
     contract = read_contract(results["onnx"]["path"])
     eager = FeatureExtractor(model, normalize=True, flip=cfg.TEST.FLIP.ENABLED).eval()
     scripted = _TorchScriptModel(results["torchscript"]["path"])
@@ -111,7 +134,7 @@ def bench_model(name: str, weights: str, args) -> dict:
         rows[backend] = row
     models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None),
               "int8": (onnx_int8, None)}
-    for backend in args.map_for:
+    for backend in ([] if args.no_map else args.map_for):
         if backend in ("onnx", "int8"):
             rows[backend]["mAP"] = quant["fp32_map" if backend == "onnx" else "int8_map"]
             continue
@@ -132,6 +155,7 @@ def main(argv=None):
     parser.add_argument("--calibration-size", type=int, default=256, help="int8 calibration images")
     parser.add_argument("--map-for", nargs="*", default=list(BACKENDS), choices=BACKENDS,
                         help="back ends whose mAP is measured (ONNX fp32 and int8 always are, for the int8 check)")
+    parser.add_argument("--no-map", action="store_true", help="speeds only: quantize without evaluating anything")
     parser.add_argument("--output", default="", help="folder for the exported files (default: a temporary one)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -154,9 +178,9 @@ def main(argv=None):
             shown = f"{row['mAP']:.2f}" if "mAP" in row else "-"
             print(f"{name:<6} {weights:<10} {LABELS[backend]:<18} {row['b1']:>9.1f} {row['b32']:>10.1f} "
                   f"{ratio:>10.2f}x {shown:>7}")
-        drop = rows["onnx"]["mAP"] - rows["int8"]["mAP"]
+        drop = f"{rows['onnx']['mAP'] - rows['int8']['mAP']:.2f}" if "mAP" in rows["int8"] else "not measured"
         print(f"{name}: int8 vs PyTorch eager at batch 32: {rows['int8']['b32'] / rows['eager']['b32']:.2f}x "
-              f"(target >= 2x); int8 mAP drop vs fp32: {drop:.2f} points (target <= 1.0)")
+              f"(target >= 2x); int8 mAP drop vs fp32: {drop} points (target <= 1.0)")
 
 
 if __name__ == "__main__":
