@@ -43,6 +43,7 @@ from reid_engine.export import (
     evaluate_on_test_set,
     export_model,
     images_per_second,
+    input_image_size,
     quantize_and_verify,
     quantize_onnx,
 )
@@ -80,6 +81,14 @@ class _TorchScriptModel(nn.Module):
         return self.module(batch["images"] if isinstance(batch, dict) else batch)
 
 
+def torch_run(module):
+    """A timing callable: the module on a uint8 numpy batch, without autograd."""
+    def run(images):
+        with torch.inference_mode():
+            return module(torch.from_numpy(images))
+    return run
+
+
 def model_config(name: str, weights: str, data_root: str):
     cfg = get_cfg()
     cfg.merge_from_file(os.path.join(REPO, MODELS[name][0]))
@@ -95,6 +104,14 @@ def bench_model(name: str, weights: str, args) -> dict:
     cfg = model_config(name, weights, args.data_root)
     torch.manual_seed(0)  # the seeded random initialization when no weights are given
     model = build_inference_model(cfg)
+    eager = FeatureExtractor(model, normalize=True, flip=cfg.TEST.FLIP.ENABLED).eval()
+    rng = np.random.default_rng(0)
+    size = input_image_size(cfg)
+    batches = {batch: rng.integers(0, 256, (batch, 3) + size).astype(np.uint8) for batch in (1, 32)}
+    # PyTorch eager is timed first, in a process that has run nothing else yet: timed after
+    # the exports and ONNX Runtime sessions it measured several times slower (cause unknown).
+    rows = {"eager": {f"b{batch}": images_per_second(torch_run(eager), images, args.seconds)
+                      for batch, images in batches.items()}}
     out = os.path.join(args.output, name)
     results = export_model(cfg, out, model=model, source_config=MODELS[name][0])
     started = time.perf_counter()
@@ -110,28 +127,18 @@ def bench_model(name: str, weights: str, args) -> dict:
     what = "int8 quantization" if args.no_map else "int8 quantization + fp32/int8 evaluation"
     print(f"[{name}] {what}: {time.perf_counter() - started:.0f} s", flush=True)
     contract = read_contract(results["onnx"]["path"])
-    eager = FeatureExtractor(model, normalize=True, flip=cfg.TEST.FLIP.ENABLED).eval()
+    assert (contract.input_height, contract.input_width) == size
     scripted = _TorchScriptModel(results["torchscript"]["path"])
     onnx_fp32 = OnnxRuntimeModel(results["onnx"]["path"], threads=args.threads)
     onnx_int8 = OnnxRuntimeModel(quant["path"], threads=args.threads)
 
-    def torch_run(module):
-        def run(images):
-            with torch.inference_mode():
-                return module(torch.from_numpy(images))
-        return run
-
-    runners = {"eager": torch_run(eager), "torchscript": torch_run(scripted.module),
-               "onnx": onnx_fp32.run, "int8": onnx_int8.run}
-    rows = {}
-    rng = np.random.default_rng(0)
+    runners = {"torchscript": torch_run(scripted.module), "onnx": onnx_fp32.run, "int8": onnx_int8.run}
     for backend in BACKENDS:
-        row = {}
-        for batch in (1, 32):
-            images = rng.integers(0, 256, (batch, 3, contract.input_height, contract.input_width)).astype(np.uint8)
-            row[f"b{batch}"] = images_per_second(runners[backend], images, args.seconds)
+        if backend in runners:
+            rows[backend] = {f"b{batch}": images_per_second(runners[backend], images, args.seconds)
+                             for batch, images in batches.items()}
+        row = rows[backend]
         print(f"[{name}] {LABELS[backend]}: {row['b1']:.1f} img/s at batch 1, {row['b32']:.1f} at batch 32", flush=True)
-        rows[backend] = row
     models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None),
               "int8": (onnx_int8, None)}
     for backend in ([] if args.no_map else args.map_for):
