@@ -3,6 +3,9 @@
     reid-export --config-file cfg.yml --output exported/ MODEL.WEIGHTS output/model_final.pth
     reid-export --config-file cfg.yml --output exported/ --format onnx --opset 17 \\
         --input-dtype float32 --raw-features MODEL.WEIGHTS output/model_final.pth
+    reid-export --config-file cfg.yml --output exported/ --quantize int8 --calibration train \\
+        MODEL.WEIGHTS output/model_final.pth              # + exported/model_int8.onnx
+    reid-export --inspect exported/model.onnx            # print a file's preprocessing contract
 
 What is exported is the inference model as one module (`FeatureExtractor`):
   input  "images":   (B, 3, H, W) RGB batch with values 0..255, uint8 by default
@@ -22,12 +25,25 @@ After exporting, each file is loaded back (ONNX with onnxruntime when it is inst
 and run on a batch of a different size than the export batch; the largest absolute
 difference to PyTorch (the unfused model) is printed, and a difference above --atol is
 an error.
-The same is importable as `reid_engine.export.export_model`.
+Every file carries its preprocessing contract (input size, bicubic resizing, RGB,
+dtype and value range, feature dimension and normalization, source config and checkpoint,
+reid_engine version): ONNX metadata_props, a TorchScript extra file
+reid_engine_contract.json; --inspect FILE prints it.
+
+--quantize int8 also writes model_int8.onnx: ONNX Runtime static quantization (QDQ,
+per-channel int8 weights) calibrated on --calibration-size images of --calibration (an
+image folder, or a split of DATASETS.TESTS[0]); --quantize dynamic needs no calibration.
+Both files are then evaluated on DATASETS.TESTS[0] and timed on the CPU; if the int8 mAP
+is more than --max-map-drop points below fp32, the command fails and only the fp32 file
+is kept.
+The same is importable as `reid_engine.export.export_model` / `quantize_and_verify`.
 """
 import argparse
 from typing import List, Optional
 
-from ..export import DEFAULT_OPSET, FORMATS, export_model
+from ..export import DEFAULT_OPSET, FORMATS, QUANTIZE_MODES, calibration_paths, export_model, quantize_and_verify
+from ..inference import read_contract
+from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from .base import build_config, command_parser, positive_int
 from .boundary import run_command
@@ -40,7 +56,8 @@ PROG = "reid-export"
 def build_parser() -> argparse.ArgumentParser:
     """The shared base plus the export flags."""
     parser = command_parser(PROG, __doc__)
-    parser.add_argument("--output", required=True, help="folder for model.pt (TorchScript) and model.onnx")
+    parser.add_argument("--output", help="folder for model.pt (TorchScript) and model.onnx (required to export)")
+    parser.add_argument("--inspect", metavar="FILE", help="print the preprocessing contract of an exported file and exit")
     parser.add_argument("--format", nargs="+", choices=FORMATS, default=list(FORMATS), help="what to export")
     parser.add_argument("--torchscript-mode", choices=("trace", "script"), default="trace",
                         help="trace (default; works for any model) or script (needs scriptable modules)")
@@ -54,15 +71,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--atol", type=float, default=1e-4, help="largest accepted |export - PyTorch|")
     parser.add_argument("--no-fuse", action="store_true",
                         help="export re-parameterisable blocks (RepVGG) unfused, as they train")
+    parser.add_argument("--quantize", choices=QUANTIZE_MODES,
+                        help="also write an int8 ONNX model: int8 (static, calibrated) or dynamic")
+    parser.add_argument("--calibration", default="", metavar="DIR|SPLIT",
+                        help="calibration images of --quantize int8: a folder, or train / query / gallery")
+    parser.add_argument("--calibration-size", type=positive_int, default=256, help="most calibration images (256)")
+    parser.add_argument("--max-map-drop", type=float, default=1.0,
+                        help="largest accepted int8 mAP drop on the test split, in points (default 1.0)")
     return parser
 
 
 def run(args: argparse.Namespace) -> None:
-    """Build the config, export and check."""
+    """Inspect a file, or build the config, export, check (and quantize)."""
+    if args.inspect:
+        print(read_contract(args.inspect).describe())
+        return
+    if not args.output:
+        raise UsageError("no output folder (--output): pass --output DIR to export, or --inspect FILE")
+    if args.quantize and "onnx" not in args.format:
+        raise UsageError("--quantize works on the ONNX export: add onnx to --format")
+    if args.quantize == "int8" and not args.calibration:
+        raise UsageError("--quantize int8 needs calibration images (--calibration): pass an image folder or a split "
+                         "(train, query, gallery), or use --quantize dynamic")
     setup_logger()
-    export_model(build_config(args), args.output, args.format, args.torchscript_mode, args.opset,
-                 args.input_dtype, not args.raw_features, args.batch_size, args.check_batch_size, args.atol,
-                 fuse=not args.no_fuse)
+    cfg = build_config(args)
+    if args.quantize == "int8":
+        calibration_paths(cfg, args.calibration, args.calibration_size)  # a bad source fails before exporting
+    results = export_model(cfg, args.output, args.format, args.torchscript_mode, args.opset, args.input_dtype,
+                           not args.raw_features, args.batch_size, args.check_batch_size, args.atol,
+                           fuse=not args.no_fuse, source_config=args.config_file or "")
+    if args.quantize:
+        quantize_and_verify(cfg, results["onnx"]["path"], args.quantize, args.calibration, args.calibration_size,
+                            args.max_map_drop)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

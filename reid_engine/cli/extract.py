@@ -10,8 +10,11 @@
 The output holds L2-normalized float32 features with the image paths, pids and camids,
 row i for the i-th image of the split (or of the sorted folder listing; pid and camid
 are -1 there). A split of a video set gives one feature per tracklet, as the evaluation
-computes it, with the tracklet's first frame as its path. Several workers each embed a contiguous shard and the main worker writes
-the merged result, in input order. Read it back with
+computes it, with the tracklet's first frame as its path. Several workers each embed a
+contiguous shard and the main worker writes the merged result, in input order.
+MODEL.WEIGHTS may be an exported .onnx file (reid-export): it then runs with ONNX
+Runtime on the CPU (--backend onnxruntime, the default for .onnx files), preprocessed as
+its contract says (image sets only). Read it back with
 `reid_engine.inference.load_features(path)` or plain `numpy.load`.
 """
 import argparse
@@ -24,6 +27,7 @@ import torch
 from ..config import CfgNode
 from ..engine.launch import launch
 from ..inference import (
+    BACKENDS,
     FEATURE_FORMATS,
     SPLITS,
     DefaultPredictor,
@@ -32,6 +36,7 @@ from ..inference import (
     extract_shard_features,
     gather_features,
     inference_config,
+    resolve_backend,
     save_features,
 )
 from ..utils import comm
@@ -56,17 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="output file (.npz, or .npy + .json with --format npy)")
     parser.add_argument("--format", choices=FEATURE_FORMATS, default="npz",
                         help="npz: one file; npy: features .npy plus an index .json (default: npz)")
+    parser.add_argument("--backend", choices=BACKENDS,
+                        help="pytorch (a .pth checkpoint) or onnxruntime (an exported .onnx file); "
+                             "default: from MODEL.WEIGHTS' extension")
     return parser
 
 
-def extract_worker(cfg: CfgNode, items: List[Item], output: str, fmt: str, source: str) -> None:
+def extract_worker(cfg: CfgNode, items: List[Item], output: str, fmt: str, source: str,
+                   backend: Optional[str] = None) -> None:
     """One worker: embed its shard; the main worker gathers all shards and writes the file."""
     if comm.get_world_size() > 1:  # a spawned worker starts without logging handlers
         setup_logger(distributed_rank=comm.get_rank())
     if comm.get_world_size() > 1 and resolve_device(cfg.MODEL.DEVICE).type == "cpu":
         # CPU workers share the machine's cores instead of each using all of them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.get_local_size()))
-    predictor = DefaultPredictor(cfg)
+    predictor = DefaultPredictor(cfg, backend=backend)
     begin, features = extract_shard_features(predictor, items)
     merged = gather_features(begin, features, len(items))
     if merged is not None:
@@ -81,11 +90,14 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("nothing or too much to embed (--split, --image-dir): "
                          "pass exactly one of --split {train,query,gallery} or --image-dir DIR")
     setup_logger()
-    cfg = inference_config(build_config(args))  # reads the checkpoint once, here
+    cfg = build_config(args)
+    backend = resolve_backend(cfg.MODEL.WEIGHTS, args.backend)
+    if backend == "pytorch":
+        cfg = inference_config(cfg)  # reads the checkpoint once, here
     items = collect_items(cfg, args.split, args.dataset, args.image_dir)
     source = args.image_dir or f"{args.dataset or cfg.DATASETS.TESTS[0]}/{args.split}"
     device = resolve_device(cfg.MODEL.DEVICE)
-    launch(extract_worker, args.num_gpus, args=(cfg, items, args.output, args.format, source),
+    launch(extract_worker, args.num_gpus, args=(cfg, items, args.output, args.format, source, backend),
            **launch_options(args, device.type))
 
 

@@ -2,6 +2,7 @@
 
     reid-train --config-file configs/SyntheticReID/bagtricks_R18_small.yml
     reid-train --config-file x.yml --eval-only MODEL.WEIGHTS output/model_final.pth
+    reid-train --config-file x.yml --eval-only MODEL.WEIGHTS exported/model_int8.onnx  # ONNX Runtime
     reid-train --config-file x.yml --resume
     reid-train --config-file x.yml --num-gpus 2 MODEL.DEVICE cpu     # 2 CPU workers (gloo)
     torchrun --nproc-per-node 2 --max-restarts 3 tools/train_net.py --config-file x.yml   # auto-resumes
@@ -11,7 +12,9 @@ status 143, logging the --resume command that continues it; a second signal stop
 
 `python tools/train_net.py` is the same command. The config is built and checked in
 this process before any worker starts; each worker then runs `default_setup` and
-either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`.
+either evaluates MODEL.WEIGHTS (--eval-only) or trains with `DefaultTrainer`. An
+exported .onnx file is evaluated with ONNX Runtime, preprocessed as its contract says,
+by the same evaluator.
 """
 import argparse
 import logging
@@ -28,7 +31,7 @@ from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_to
 from ..engine.preemption import TrainingPreempted
 from ..engine.setup import add_run_mode_arguments
 from ..engine.summary import DEFAULT_PROGRAM, format_run_summary, resume_command
-from ..inference import inference_config
+from ..inference import OnnxRuntimeModel, contract_config, inference_config, resolve_backend
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from ..utils.env import resolve_device
@@ -60,9 +63,13 @@ def setup(args: argparse.Namespace) -> CfgNode:
 def _eval_only(cfg: CfgNode):
     if not cfg.MODEL.WEIGHTS:
         raise ConfigError("--eval-only needs a checkpoint (MODEL.WEIGHTS): add MODEL.WEIGHTS path/to/model.pth")
-    cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
-    model = DefaultTrainer.build_model(cfg)
-    Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
+    if resolve_backend(cfg.MODEL.WEIGHTS) == "onnxruntime":
+        model = OnnxRuntimeModel(cfg.MODEL.WEIGHTS)
+        cfg = contract_config(cfg, model.contract)  # the file's input size; flip is inside it or off
+    else:
+        cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
+        model = DefaultTrainer.build_model(cfg)
+        Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
     results = DefaultTrainer.test(cfg, model, final=True)
     if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
         DefaultTrainer.check_expected_results(cfg, results)  # a miss exits non-zero

@@ -6,13 +6,41 @@ with values 0..255 (uint8 by default, float32 on request) at the test size; outp
 "features", (B, D) float32, L2-normalized by default. The batch axis is dynamic.
 `export_model` fuses re-parameterisable blocks (RepVGG) into their deploy form, writes
 the files and runs each on a batch of another size, comparing with the unfused PyTorch
-model. Layering: above data, modeling and inference; never imports engine.
+model. Every file carries its preprocessing contract (`reid_engine.inference.DeployContract`:
+ONNX metadata_props, a TorchScript extra file). `quantize_and_verify` writes an int8 copy
+of the ONNX file and keeps it only when its mAP on the test split is close enough.
+Layering: above data, modeling, evaluation and inference; never imports engine.
 """
 from .diagnostics import describe_module, first_unscriptable, modules_using_op
-from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
+from .exporters import (
+    DEFAULT_OPSET,
+    ExportError,
+    export_onnx,
+    export_torchscript,
+    run_onnx,
+    run_torchscript,
+    write_onnx_metadata,
+)
+from .quantize import (
+    QUANTIZE_MODES,
+    CalibrationBatches,
+    calibration_paths,
+    evaluate_on_test_set,
+    images_per_second,
+    quantize_and_verify,
+    quantize_onnx,
+)
 from .verify import FORMATS, export_model, input_image_size, random_images
 
 __all__ = [
+    "QUANTIZE_MODES",
+    "CalibrationBatches",
+    "calibration_paths",
+    "evaluate_on_test_set",
+    "images_per_second",
+    "quantize_and_verify",
+    "quantize_onnx",
+    "write_onnx_metadata",
     "DEFAULT_OPSET",
     "ExportError",
     "FORMATS",

@@ -5,16 +5,18 @@ import os
 import re
 import sys
 import warnings
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 import torch
 from torch import nn
 
-from ..utils.errors import ReidUserError, UsageError
+from ..inference.contract import CONTRACT_FILE, DeployContract
+from ..utils.errors import ReidUserError, UsageError, require_module
 from .diagnostics import describe_module, first_unscriptable, jit_deprecation_silenced, modules_using_op, short_error
 
-__all__ = ["DEFAULT_OPSET", "ExportError", "export_torchscript", "export_onnx", "run_torchscript", "run_onnx"]
+__all__ = ["DEFAULT_OPSET", "ExportError", "export_torchscript", "export_onnx", "run_torchscript", "run_onnx",
+           "write_onnx_metadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +27,9 @@ class ExportError(ReidUserError, RuntimeError):
     """An export failed or does not match PyTorch; the message names the layer or the difference."""
 
 
-def export_torchscript(module: nn.Module, example: torch.Tensor, path: str, mode: str = "trace") -> str:
-    """Trace or script `module` and save it.
+def export_torchscript(module: nn.Module, example: torch.Tensor, path: str, mode: str = "trace",
+                       contract: Optional[DeployContract] = None) -> str:
+    """Trace or script `module` and save it, with `contract` as the extra file reid_engine_contract.json.
 
     Raises:
         ExportError: scripting failed; the message names the module that cannot be scripted.
@@ -46,7 +49,8 @@ def export_torchscript(module: nn.Module, example: torch.Tensor, path: str, mode
             exported = torch.jit.trace(module, (example,), check_trace=False)
     else:
         raise UsageError(f"unknown TorchScript mode {mode!r} (--torchscript-mode): use trace or script")
-    exported.save(path)
+    extra = {CONTRACT_FILE: contract.to_json()} if contract is not None else {}
+    exported.save(path, _extra_files=extra)
     return path
 
 
@@ -65,10 +69,12 @@ def _native_stdout_silenced():
         os.close(saved)
 
 
-def export_onnx(module: nn.Module, example: torch.Tensor, path: str, opset: int = DEFAULT_OPSET) -> str:
+def export_onnx(module: nn.Module, example: torch.Tensor, path: str, opset: int = DEFAULT_OPSET,
+                contract: Optional[DeployContract] = None) -> str:
     """Export `module` to ONNX with a dynamic batch axis (inputs "images", outputs "features").
 
-    Uses the TorchScript-based exporter (no dependency beyond torch).
+    Uses the TorchScript-based exporter; `contract` goes into the file's metadata_props
+    (which needs the onnx package).
 
     Raises:
         ExportError: an operator has no ONNX equivalent; the message names the operator,
@@ -89,8 +95,21 @@ def export_onnx(module: nn.Module, example: torch.Tensor, path: str, opset: int 
         where = f"; it is used by {', '.join(users)}" if users else ""
         raise ExportError(f"ONNX export failed: operator {op} (opset {opset}) is not supported{where}; "
                         "replace that layer with supported operations or try another --opset") from None
+    if contract is not None:
+        write_onnx_metadata(path, contract.to_dict())
     _check_onnx_graph(path)
     return path
+
+
+def write_onnx_metadata(path: str, entries: Mapping[str, str]) -> None:
+    """Set string entries of an ONNX file's metadata_props (replacing those of the same keys), in place."""
+    onnx = require_module("onnx", "writing the preprocessing contract into the ONNX file", "onnx")
+    model = onnx.load(path)
+    kept = [(p.key, p.value) for p in model.metadata_props if p.key not in entries]
+    del model.metadata_props[:]
+    for key, value in kept + sorted(entries.items()):
+        model.metadata_props.add(key=key, value=str(value))
+    onnx.save(model, path)
 
 
 def _check_onnx_graph(path: str) -> None:

@@ -7,12 +7,11 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 
 from ..config import CfgNode
-from ..data import build_transforms
 from ..inference import FeatureExtractor, build_inference_model, inference_config
+from ..inference.contract import contract_from_config, transform_sizes
 from ..modeling.deploy import fuse_for_deploy, has_deploy_hooks
 from ..utils.errors import ReidUserError, UsageError
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
@@ -26,8 +25,7 @@ FORMATS = ("torchscript", "onnx")
 
 def input_image_size(cfg) -> Tuple[int, int]:
     """(height, width) of the images the test transforms produce."""
-    probe = build_transforms(cfg, is_train=False)(Image.new("RGB", (64, 128)))
-    return int(probe.shape[1]), int(probe.shape[2])
+    return transform_sizes(cfg)[1]
 
 
 def random_images(batch: int, size: Tuple[int, int], dtype: str, seed: int, device="cpu") -> torch.Tensor:
@@ -40,7 +38,7 @@ def random_images(batch: int, size: Tuple[int, int], dtype: str, seed: int, devi
 def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mode: str = "trace",
                  opset: int = DEFAULT_OPSET, input_dtype: str = "uint8", normalize: bool = True,
                  batch_size: int = 2, check_batch_size: int = 3, atol: float = 1e-4,
-                 model: Optional[nn.Module] = None, fuse: bool = True) -> Dict[str, dict]:
+                 model: Optional[nn.Module] = None, fuse: bool = True, source_config: str = "") -> Dict[str, dict]:
     """Export the model of `cfg` (with MODEL.WEIGHTS) and check every export.
 
     With `fuse`, what is exported is a copy of the model in deploy form
@@ -61,8 +59,10 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         model: an eval-mode model to export (default: built from `cfg` and MODEL.WEIGHTS);
             it is not changed.
         fuse: export the deploy form (True) or the model as it is.
+        source_config: the config file, recorded in the files' contract.
     Returns:
-        {format: {"path": file, "max_abs_diff": float or None (not checked)}}.
+        {format: {"path": file, "max_abs_diff": float or None (not checked), "contract": DeployContract}};
+        every file carries the contract (`reid_engine.inference.read_contract`).
     Raises:
         ExportError: an export fails, or differs from PyTorch by more than `atol`.
     """
@@ -82,20 +82,22 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         reference = unfused(check).float().cpu().numpy()
     deployed = _deploy_form(model) if fuse else model
     module = FeatureExtractor(deployed, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
+    contract = contract_from_config(cfg, reference.shape[1], input_dtype, normalize, source_config)
     os.makedirs(output_dir, exist_ok=True)
     results: Dict[str, dict] = {}
     kind = "L2-normalized" if normalize else "raw"
     logger.info("Exporting %s: input (B, 3, %d, %d) %s 0..255, output (B, %d) %s features",
                 type(module.model).__name__, size[0], size[1], input_dtype, reference.shape[1], kind)
     if "torchscript" in formats:
-        path = export_torchscript(module, example, os.path.join(output_dir, "model.pt"), torchscript_mode)
+        path = export_torchscript(module, example, os.path.join(output_dir, "model.pt"), torchscript_mode, contract)
         with _exact_float32():
             outputs = run_torchscript(path, check)
-        results["torchscript"] = {"path": path, "max_abs_diff": _diff(reference, outputs)}
+        results["torchscript"] = {"path": path, "max_abs_diff": _diff(reference, outputs), "contract": contract}
     if "onnx" in formats:
-        path = export_onnx(module, example, os.path.join(output_dir, "model.onnx"), opset)
+        path = export_onnx(module, example, os.path.join(output_dir, "model.onnx"), opset, contract)
         outputs = run_onnx(path, check)
-        results["onnx"] = {"path": path, "max_abs_diff": None if outputs is None else _diff(reference, outputs)}
+        results["onnx"] = {"path": path, "max_abs_diff": None if outputs is None else _diff(reference, outputs),
+                           "contract": contract}
     for name, result in results.items():
         diff = result["max_abs_diff"]
         shown = "not checked" if diff is None else f"{diff:.3g}"

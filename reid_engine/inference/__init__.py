@@ -8,9 +8,12 @@ never imports engine). Modules, one concern each:
 - `items`: what to embed (a dataset split or an image folder);
 - `extraction`: the feature module and sharded extraction (the evaluation's loop);
 - `predictor`: `DefaultPredictor`, images in, embeddings out;
+- `contract`: the preprocessing contract an exported model file carries;
+- `onnx_runtime`: the ONNX Runtime back end (an exported .onnx file as the model);
 - `feature_files`: saving and loading features with their metadata;
 - `rank_lists` / `rank_figures`: rank lists, ROC curve and distance histograms.
 """
+from .contract import CONTRACT_FILE, ContractError, DeployContract, contract_from_config, read_contract
 from .extraction import FeatureExtractor, embed_images, extract_shard_features, gather_features, l2_normalize
 from .feature_files import FEATURE_FORMATS, feature_paths, load_features, save_features
 from .images import InvalidImageArrayError, as_pil_image
@@ -21,10 +24,21 @@ from .model import (
     checkpoint_num_classes,
     inference_config,
 )
+from .onnx_runtime import BACKENDS, OnnxRuntimeModel, contract_config, onnx_session, resolve_backend
 from .predictor import DefaultPredictor
 from .rank_lists import visualize
 
 __all__ = [
+    "BACKENDS",
+    "CONTRACT_FILE",
+    "ContractError",
+    "DeployContract",
+    "OnnxRuntimeModel",
+    "contract_config",
+    "contract_from_config",
+    "onnx_session",
+    "read_contract",
+    "resolve_backend",
     "DefaultPredictor",
     "FEATURE_FORMATS",
     "FeatureExtractor",

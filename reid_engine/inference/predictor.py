@@ -9,6 +9,7 @@ from ..utils.errors import UsageError
 from .extraction import embed_images
 from .images import as_pil_image
 from .model import build_inference_model, inference_config
+from .onnx_runtime import OnnxRuntimeModel, contract_config, resolve_backend
 
 __all__ = ["DefaultPredictor"]
 
@@ -29,19 +30,34 @@ class DefaultPredictor:
         predictor = DefaultPredictor(cfg)
         features = predictor(["a.jpg", "b.jpg"])  # (2, D) float32, unit rows
 
+    An exported ONNX file works too (MODEL.WEIGHTS model.onnx, or backend="onnxruntime"):
+    it runs with ONNX Runtime on the CPU, and the file's preprocessing contract sets the
+    test transforms (input size; flip averaging is inside the file or not at all), so the
+    embeddings equal the PyTorch model's. The config then only needs MODEL.WEIGHTS:
+
+        cfg = get_cfg(); cfg.merge_from_list(["MODEL.WEIGHTS", "exported/model.onnx"])
+        features = DefaultPredictor(cfg)(["a.jpg", "b.jpg"])
+
     Args:
         cfg: the config (not modified).
         batch_size: images per forward pass (default: TEST.IMS_PER_BATCH).
+        backend: "pytorch" or "onnxruntime" (default: from MODEL.WEIGHTS' extension).
 
     Attributes:
         cfg: the frozen inference config actually used.
-        model: the eval-mode model.
+        backend: the back end used.
+        model: the eval-mode model (an `OnnxRuntimeModel` for the ONNX Runtime back end).
         transforms: the test pipeline (PIL image -> (3, H, W) uint8 tensor).
     """
 
-    def __init__(self, cfg: CfgNode, batch_size: Optional[int] = None):
-        self.cfg = inference_config(cfg)
-        self.model = build_inference_model(self.cfg)
+    def __init__(self, cfg: CfgNode, batch_size: Optional[int] = None, backend: Optional[str] = None):
+        self.backend = resolve_backend(cfg.MODEL.WEIGHTS, backend)
+        if self.backend == "onnxruntime":
+            self.model = OnnxRuntimeModel(cfg.MODEL.WEIGHTS)
+            self.cfg = contract_config(cfg, self.model.contract)
+        else:
+            self.cfg = inference_config(cfg)
+            self.model = build_inference_model(self.cfg)
         self.transforms = build_transforms(self.cfg, is_train=False)
         self.batch_size = int(batch_size or self.cfg.TEST.IMS_PER_BATCH)
         if self.batch_size < 1:
