@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 import torch
 import torch.distributed as dist
@@ -49,7 +49,7 @@ STOP_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signa
 #: seconds during which a repeat of the first signal counts as the same request
 REPEAT_WINDOW_S = 1.0
 
-_state: Dict[str, Any] = {"signal": None, "time": 0.0, "external": None}
+_state: Dict[str, Any] = {"signal": None, "external": None}
 
 
 class TrainingPreempted(ReidUserError):
@@ -80,17 +80,34 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
-def _on_signal(signum: int, frame: Any) -> None:
-    first = _state["signal"]
-    now = time.monotonic()
-    if first is None:
-        _state["signal"], _state["time"] = signum, now
-        return
-    if signum == first and now - _state["time"] < REPEAT_WINDOW_S:
-        return  # the same request delivered twice (terminal process group, launcher forwarding)
-    # A second request: stop now, with the signal's default action.
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+def _install_handlers(on_first: Callable[[int], None], on_second: Callable[[], None]) -> Callable[[], None]:
+    """Handle STOP_SIGNALS: the first calls ``on_first(signum)``; a repeat of it within
+    :data:`REPEAT_WINDOW_S` is the same request (a terminal's process group, a launcher
+    forwarding it); any later one calls ``on_second()`` and ends this process with the
+    signal's default action. Main thread only.
+
+    Returns:
+        a function that puts the previous handlers back.
+    """
+    first: Dict[str, Any] = {"signal": None, "time": 0.0}
+
+    def handler(signum: int, frame: Any) -> None:
+        now = time.monotonic()
+        if first["signal"] is None:
+            first["signal"], first["time"] = signum, now
+            on_first(signum)
+        elif not (signum == first["signal"] and now - first["time"] < REPEAT_WINDOW_S):
+            on_second()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+    return restore
 
 
 def install_stop_handlers() -> Callable[[], None]:
@@ -106,11 +123,10 @@ def install_stop_handlers() -> Callable[[], None]:
         logger.info("Not in the main thread: SIGTERM / SIGUSR1 / SIGINT keep their handlers (no checkpoint on preemption)")
         return lambda: None
     _state["signal"] = None
-    previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
+    restore_handlers = _install_handlers(lambda signum: _state.update(signal=signum), on_second=lambda: None)
 
     def restore() -> None:
-        for s, handler in previous.items():
-            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        restore_handlers()
         _state["signal"] = None
 
     return restore
@@ -190,24 +206,10 @@ def launcher_stop_handlers(flag: Any, on_second: Callable[[], None]) -> Callable
     """
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    first: Dict[str, Optional[float]] = {"signal": None, "time": 0.0}
 
-    def handler(signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        if first["signal"] is None:
-            first["signal"], first["time"] = signum, now
-            flag.value = int(signum)
-            logger.warning("Received %s: the workers save a checkpoint after their current step and stop "
-                           "(send it again to stop at once)", signal_name(signum))
-        elif not (signum == first["signal"] and now - first["time"] < REPEAT_WINDOW_S):
-            on_second()
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+    def on_first(signum: int) -> None:
+        flag.value = int(signum)
+        logger.warning("Received %s: the workers save a checkpoint after their current step and stop "
+                       "(send it again to stop at once)", signal_name(signum))
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-    return restore
+    return _install_handlers(on_first, on_second)
