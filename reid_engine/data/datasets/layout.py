@@ -10,9 +10,9 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .audit import note_ignored_file, note_skipped_file, report_file_problem
+from .audit import note_ignored_file, report_file_problem
 from .bases import Item
-from .paths import IMAGE_EXTENSIONS, visible_entries
+from .paths import visible_images
 
 __all__ = ["RawItem", "list_files", "walk_files", "subfolders", "name_fields", "match_names",
            "number_raw_items", "text_labels"]
@@ -43,14 +43,15 @@ def list_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
     Raises:
         DatasetFormatError: the folder holds images, none with an accepted extension.
     """
+    return _with_extensions(folder, visible_images(folder)[0], extensions, dataset)
+
+
+def _with_extensions(folder: str, images: List[str], extensions: Extensions, dataset: str) -> List[str]:
+    """The full paths of the ``images`` of ``folder`` that end with one of ``extensions``; the
+    other images are noted (an error when they are all there is), see :func:`list_files`."""
     extensions = (extensions,) if isinstance(extensions, str) else tuple(extensions)
-    files, _ = visible_entries(folder)
-    for name in files:
-        if not name.endswith(extensions) and not name.lower().endswith(IMAGE_EXTENSIONS):
-            note_skipped_file(os.path.join(folder, name), "not an image")
-    kept = [name for name in files if name.endswith(extensions)]
-    others = [os.path.join(folder, name) for name in files
-              if not name.endswith(extensions) and name.lower().endswith(IMAGE_EXTENSIONS)]
+    kept = [name for name in images if name.endswith(extensions)]
+    others = [os.path.join(folder, name) for name in images if not name.endswith(extensions)]
     if others and not kept:
         report_file_problem(dataset, others[0], f"{_pattern(extensions)} files in this folder, found none",
                             fix="convert the images or put them where the layout expects them")
@@ -66,8 +67,9 @@ def walk_files(folder: str, extensions: Extensions, dataset: str) -> List[str]:
     Hidden and system folders are left out; links to folders are not followed (as
     ``os.walk``), so a link loop cannot recurse forever.
     """
-    found = list_files(folder, extensions, dataset)
-    for name in visible_entries(folder)[1]:
+    images, folders = visible_images(folder)  # one listing per folder
+    found = _with_extensions(folder, images, extensions, dataset)
+    for name in folders:
         if not os.path.islink(os.path.join(folder, name)):
             found.extend(walk_files(os.path.join(folder, name), extensions, dataset))
     return sorted(found)
@@ -84,13 +86,10 @@ def subfolders(folder: str, dataset: str = "", expected: str = "") -> List[str]:
     Returns:
         Sub-folder names (hidden and system ones left out).
     """
-    files, names = visible_entries(folder)
-    for name in files:
-        path = os.path.join(folder, name)
-        if not name.lower().endswith(IMAGE_EXTENSIONS):
-            note_skipped_file(path, "not an image")
-        elif dataset and expected:
-            note_ignored_file(path, f"images {expected} (this one is not read)")
+    images, names = visible_images(folder)
+    if dataset and expected:
+        for name in images:
+            note_ignored_file(os.path.join(folder, name), f"images {expected} (this one is not read)")
     return names
 
 

@@ -69,6 +69,25 @@ def visible_entries(folder: str) -> Tuple[List[str], List[str]]:
     return sorted(files), sorted(dirs)
 
 
+def visible_images(folder: str) -> Tuple[List[str], List[str]]:
+    """The ``(image file names, sub-folder names)`` of ``folder``, each sorted.
+
+    :func:`visible_entries` with the files that are not images (:data:`IMAGE_EXTENSIONS`,
+    any case) left out and noted for ``reid-data check``.
+
+    Args:
+        folder: an existing folder.
+    """
+    files, dirs = visible_entries(folder)
+    images = []
+    for name in files:
+        if name.lower().endswith(IMAGE_EXTENSIONS):
+            images.append(name)
+        else:
+            note_skipped_file(os.path.join(folder, name), "not an image")
+    return images, dirs
+
+
 def _same_folder(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -200,11 +219,7 @@ def list_images(folder: str) -> List[str]:
         so parsing is deterministic. Hidden and system files (:func:`is_hidden_or_system`)
         and other files are left out (and noted for ``reid-data check``).
     """
-    files, _ = visible_entries(folder)
-    for name in files:
-        if not name.lower().endswith(IMAGE_EXTENSIONS):
-            note_skipped_file(os.path.join(folder, name), "not an image")
-    return [os.path.join(folder, n) for n in files if n.lower().endswith(IMAGE_EXTENSIONS)]
+    return [os.path.join(folder, name) for name in visible_images(folder)[0]]
 
 
 def require_listed_files(paths, list_path: str, dataset: str, layout: str) -> List[bool]:
