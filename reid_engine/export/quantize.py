@@ -20,7 +20,7 @@ from ..config import CfgNode
 from ..data import build_reid_test_loader, build_transforms
 from ..evaluation import ReidEvaluator, inference_on_dataset
 from ..inference import SPLITS, OnnxRuntimeModel, as_pil_image, collect_items, contract_config
-from ..inference.contract import DeployContract
+from ..inference.contract import DeployContract, read_contract
 from ..utils.errors import UsageError, require_module
 from .exporters import ExportError, write_onnx_metadata
 
@@ -103,7 +103,7 @@ def quantize_onnx(fp32_path: str, output_path: str, mode: str = "int8",
     if mode not in QUANTIZE_MODES:
         raise UsageError(f"unknown quantization {mode!r} (--quantize): use {' or '.join(QUANTIZE_MODES)}")
     quantization = require_module("onnxruntime.quantization", "int8 quantization (--quantize)", "onnxruntime")
-    contract = OnnxRuntimeModel(fp32_path, threads=1).contract
+    contract = read_contract(fp32_path)  # the metadata only: no inference session is built for it
     with tempfile.TemporaryDirectory() as tmp:
         try:
             if mode == "dynamic":
