@@ -41,7 +41,15 @@ The same is importable as `reid_engine.export.export_model` / `quantize_and_veri
 import argparse
 from typing import List, Optional
 
-from ..export import DEFAULT_OPSET, FORMATS, QUANTIZE_MODES, calibration_paths, export_model, quantize_and_verify
+from ..export import (
+    DEFAULT_OPSET,
+    FORMATS,
+    QUANTIZE_MODES,
+    calibration_paths,
+    check_calibration_source,
+    export_model,
+    quantize_and_verify,
+)
 from ..inference import read_contract
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
@@ -90,9 +98,7 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("no output folder (--output): pass --output DIR to export, or --inspect FILE")
     if args.quantize and "onnx" not in args.format:
         raise UsageError("--quantize works on the ONNX export: add onnx to --format")
-    if args.quantize == "int8" and not args.calibration:
-        raise UsageError("--quantize int8 needs calibration images (--calibration): pass an image folder or a split "
-                         "(train, query, gallery), or use --quantize dynamic")
+    check_calibration_source(args.quantize, args.calibration)
     setup_logger()
     cfg = build_config(args)
     if args.quantize == "int8":

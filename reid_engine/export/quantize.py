@@ -24,13 +24,24 @@ from ..inference.contract import DeployContract, read_contract
 from ..utils.errors import UsageError, require_module
 from .exporters import ExportError, write_onnx_metadata
 
-__all__ = ["QUANTIZE_MODES", "calibration_paths", "CalibrationBatches", "quantize_onnx", "evaluate_on_test_set",
-           "images_per_second", "quantize_and_verify"]
+__all__ = ["QUANTIZE_MODES", "check_calibration_source", "calibration_paths", "CalibrationBatches", "quantize_onnx",
+           "evaluate_on_test_set", "images_per_second", "quantize_and_verify"]
 
 logger = logging.getLogger(__name__)
 
 #: --quantize choices
 QUANTIZE_MODES = ("int8", "dynamic")
+
+
+def check_calibration_source(mode: str, calibration: str) -> None:
+    """Static int8 quantization needs calibration images: fail in one line when none are named.
+
+    Raises:
+        UsageError: `mode` is "int8" and `calibration` is empty.
+    """
+    if mode == "int8" and not calibration:
+        raise UsageError("--quantize int8 needs calibration images (--calibration): pass an image folder or a split "
+                         f"({', '.join(SPLITS)}), or use --quantize dynamic")
 
 
 def calibration_paths(cfg: CfgNode, source: str, count: int) -> List[str]:
@@ -197,12 +208,10 @@ def quantize_and_verify(cfg: CfgNode, fp32_path: str, mode: str = "int8", calibr
     Raises:
         ExportError: the drop is above `max_map_drop` (the int8 file is not kept).
     """
+    check_calibration_source(mode, calibration)
     fp32 = OnnxRuntimeModel(fp32_path)
     reader = None
     if mode == "int8":
-        if not calibration:
-            raise UsageError("--quantize int8 needs calibration images: pass --calibration DIR or a split "
-                             f"({', '.join(SPLITS)}), or use --quantize dynamic")
         paths = calibration_paths(cfg, calibration, calibration_size)
         logger.info("Calibrating int8 activation ranges on %d images from %s", len(paths), calibration)
         reader = CalibrationBatches(paths, contract_config(cfg, fp32.contract), fp32.contract)
