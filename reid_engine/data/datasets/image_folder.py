@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from .audit import report_file_problem
 from .bases import ImageDataset
-from .paths import DatasetNotFoundError, is_hidden_or_system, list_images, require_listed_files, visible_entries
+from .paths import DatasetNotFoundError, is_hidden_or_system, list_images, require_listed_files, visible_images
 from .registry import DATASET_REGISTRY
 
 SPLITS = ("train", "query", "gallery")
@@ -80,12 +80,13 @@ def read_identity_folders(split_dir: str, dataset: str) -> List[RawItem]:
         DatasetFormatError: an image outside an identity folder, or a name without camera
             (while problems are collected, every such file is reported instead).
     """
-    for path in list_images(split_dir):
+    strays, identities = visible_images(split_dir)  # one listing of the split folder
+    for path in (os.path.join(split_dir, name) for name in strays):
         report_file_problem(dataset, path, "an image inside an identity sub-folder", error=(
             f"{dataset}: image '{path}' is not inside an identity sub-folder; put each identity's images in "
             f"{split_dir}/<identity>/"))
     items = []
-    for identity in visible_entries(split_dir)[1]:
+    for identity in identities:
         for path in list_images(os.path.join(split_dir, identity)):
             match = CAMERA_IN_NAME.search(os.path.basename(path))
             if match is None:
