@@ -374,9 +374,11 @@ def resume_candidates(save_dir: str) -> List[str]:
             else:
                 others.append((_mtime(path), name.endswith("_final.pth"), path))
     ordered = [path for _, path in sorted(periodic, reverse=True)]
+    mtimes = {path: _mtime(path) for path in ordered}  # one stat per file
     for mtime, _, path in sorted(others):  # oldest first: each insert goes before the newer ones
-        position = next((i for i, p in enumerate(ordered) if _mtime(p) <= mtime), len(ordered))
+        position = next((i for i, p in enumerate(ordered) if mtimes[p] <= mtime), len(ordered))
         ordered.insert(position, path)
+        mtimes[path] = mtime
     return ordered
 
 
