@@ -1,0 +1,273 @@
+"""CompileGuard: auto falls back to eager (compile error, recompile storm, slower compiled step),
+an explicit mode fails in one line, the decision survives resume; compiled evaluation and
+PreciseBN add no graphs. CPU, torch.compile with cheap backends (the eager backend traces and
+guards like inductor without generating code)."""
+import pytest
+import torch
+import torch._dynamo  # noqa: F401  (imported once, at collection, rather than inside the first test)
+from torch import nn
+
+from reid_engine.engine import compile_guard
+from reid_engine.engine.compile_guard import CompileFailedError, CompileGuard, is_compile_error
+from reid_engine.engine.hooks import PreciseBN
+from reid_engine.engine.train_loop import HookBase, SimpleTrainer
+from reid_engine.evaluation import inference_on_dataset
+from reid_engine.evaluation.evaluator import DatasetEvaluator
+from reid_engine.modeling.compile import eager_calls
+from reid_engine.utils.compiled import is_compiled
+
+from ._engine_fixtures import ResumableStream, TinyModel, capture_logs, make_batch, make_trainer, one_torch_thread  # noqa: F401
+
+STEPS = 9
+
+
+@pytest.fixture(autouse=True)
+def short_warmup(monkeypatch):
+    """One eager step, one compiled warm-up step and two timed ones keep each test to a few steps."""
+    monkeypatch.setattr(compile_guard, "EAGER_STEPS", 2)
+    monkeypatch.setattr(compile_guard, "COMPILE_WARMUP_STEPS", 1)
+    monkeypatch.setattr(compile_guard, "TIMED_STEPS", 2)
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _failing_backend(gm, example_inputs):
+    raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx")
+
+
+class StormModel(TinyModel):
+    """A forward that reads a Python value changing every step: dynamo guards on it and recompiles.
+
+    (A changing int attribute recompiles only twice: torch then makes it dynamic. A string
+    stays a constant to the compiler, like a mode flag or a dict key.)"""
+
+    def __init__(self):
+        super().__init__()
+        self.phase = "step0"
+
+    def forward(self, batch):
+        losses = super().forward(batch)
+        scale = 2.0 if self.phase.endswith("7") else 1.0
+        return {k: v * scale for k, v in losses.items()}
+
+
+class PhaseHook(HookBase):
+    """Sets StormModel.phase from the iteration before each step."""
+
+    def before_step(self):
+        self.trainer.model.phase = f"step{self.trainer.iter}"
+
+
+def _guarded(trainer, explicit=False, backend="eager", **kwargs):
+    trainer.model.compile(backend=backend)
+    trainer.model.compile_mode = "default"
+    guard = CompileGuard(trainer.model, "default", explicit=explicit, **kwargs)
+    trainer.register_hooks([guard])
+    trainer.compile_guard = guard
+    return guard
+
+
+def _weights(trainer):
+    return {k: v.clone() for k, v in trainer.model.state_dict().items()}
+
+
+def test_auto_falls_back_on_a_compile_error_and_redoes_the_step_on_the_same_batch():
+    eager = make_trainer()
+    eager.train(0, STEPS)
+    trainer = make_trainer()
+    guard = _guarded(trainer, backend=_failing_backend)
+    with capture_logs() as logs:
+        trainer.train(0, STEPS)
+    assert guard.fell_back and not is_compiled(trainer.model) and trainer.model.compile_mode == "off"
+    lines = [m for m in logs.messages if "falls back to eager" in m]
+    assert len(lines) == 1 and "at iteration 2" in lines[0] and "C++ compiler" in lines[0], logs.messages
+    # Nothing lost, nothing applied twice: the same weights, optimizer state and losses as eager training.
+    for key, value in _weights(eager).items():
+        torch.testing.assert_close(trainer.model.state_dict()[key], value, rtol=0, atol=0)
+    assert trainer.optimizer.state_dict()["state"].keys() == eager.optimizer.state_dict()["state"].keys()
+    assert trainer.storage.history("total_loss").values() == eager.storage.history("total_loss").values()
+
+
+def test_an_explicit_mode_fails_on_a_compile_error_in_one_line():
+    trainer = make_trainer()
+    _guarded(trainer, explicit=True, backend=_failing_backend)
+    with pytest.raises(CompileFailedError) as info:
+        trainer.train(0, STEPS)
+    message = str(info.value)
+    assert "\n" not in message and "MODEL.COMPILE default" in message and "MODEL.COMPILE off" in message
+    assert "C++ compiler" in message and "iteration 0" in message  # explicit: compiled from the first step
+    assert is_compiled(trainer.model)
+
+
+class FakeClock:
+    """Each call advances by `eager` or `compiled` seconds (a timed step spans one advance:
+    its second reading)."""
+
+    def __init__(self, model, eager, compiled):
+        self.model, self.eager, self.compiled, self.now = model, eager, compiled, 0.0
+
+    def __call__(self):
+        self.now += self.compiled if is_compiled(self.model) else self.eager
+        return self.now
+
+
+def _storm_trainer(explicit):
+    torch.manual_seed(0)
+    model = StormModel()
+    trainer = SimpleTrainer(model, ResumableStream(), torch.optim.SGD(model.parameters(), lr=0.1))
+    guard = _guarded(trainer, explicit=explicit, recompile_cap=2)
+    trainer.register_hooks([PhaseHook()])
+    # Recompiling every step also makes the compiled step slower than eager (rule c); a clock
+    # that shows it faster leaves the recompilations as the reason to test.
+    guard.timer = FakeClock(model, eager=0.1, compiled=0.05)
+    return trainer, guard
+
+
+def test_a_recompile_storm_passes_the_cap_and_auto_falls_back_naming_the_guard():
+    trainer, guard = _storm_trainer(explicit=False)
+    with capture_logs() as logs:
+        trainer.train(0, STEPS)
+    assert guard.fell_back and not is_compiled(trainer.model)
+    lines = [m for m in logs.messages if "falls back to eager" in m]
+    assert len(lines) == 1 and "3 recompilations after warm-up (more than 2)" in lines[0], logs.messages
+    assert "`self.phase == 'step4'` failed" in lines[0]  # the guard, from torch's recompile reason
+    compiles = len(torch._dynamo.utils.get_compilation_metrics())
+    trainer.train(STEPS, STEPS + 2)  # eager now: the storm stopped costing compilations
+    assert len(torch._dynamo.utils.get_compilation_metrics()) == compiles
+
+
+def test_a_recompile_storm_fails_an_explicit_mode_in_one_line():
+    trainer, _ = _storm_trainer(explicit=True)
+    with pytest.raises(CompileFailedError, match=r"^MODEL.COMPILE default: 3 recompilations .*self.phase == [^\n]*off"):
+        trainer.train(0, STEPS)
+
+
+@pytest.mark.parametrize("compiled_seconds, falls_back", [(0.3, True), (0.05, False)])
+def test_auto_keeps_compile_only_when_the_steady_compiled_step_is_faster(compiled_seconds, falls_back):
+    trainer = make_trainer()
+    guard = _guarded(trainer)
+    guard.timer = FakeClock(trainer.model, eager=0.1, compiled=compiled_seconds)
+    with capture_logs() as logs:
+        trainer.train(0, STEPS)
+    assert guard.decided and guard.fell_back == falls_back and is_compiled(trainer.model) != falls_back
+    decision = [m for m in logs.messages if "falls back" in m or "auto keeps" in m]
+    assert len(decision) == 1, logs.messages
+    if falls_back:
+        assert "compiled step (0.3000 s) is slower than the eager step (0.1000 s)" in decision[0]
+    else:
+        assert "0.0500 s against 0.1000 s eager (2.00x)" in decision[0]
+    # The compile time: the first compiled step minus a steady one (here 0: the clock is flat).
+    assert guard.compile_seconds == pytest.approx(0.0)
+    assert any(m.startswith("Compile: compiling took about") for m in logs.messages)
+
+
+def test_an_explicit_mode_is_timed_but_never_falls_back_for_speed():
+    trainer = make_trainer()
+    guard = _guarded(trainer, explicit=True)
+    guard.timer = FakeClock(trainer.model, eager=0.1, compiled=0.3)
+    trainer.train(0, STEPS)
+    assert not guard.fell_back and is_compiled(trainer.model) and guard.compile_seconds is not None
+
+
+def test_the_fallback_survives_resume_without_compiling_again():
+    trainer = make_trainer()
+    guard = _guarded(trainer, backend=_failing_backend)
+    trainer.train(0, STEPS)
+    state = trainer.state_dict()
+    assert state["hooks"]["CompileGuard"] == {"mode": "default", "fell_back": True, "reason": guard.reason,
+                                              "decided": True}
+    resumed = make_trainer()
+    resumed_guard = _guarded(resumed, backend=_failing_backend)
+    with capture_logs() as logs:
+        resumed.load_state_dict(state)
+    assert resumed_guard.fell_back and not is_compiled(resumed.model)
+    assert any("earlier part of this run and stays eager" in m and "C++ compiler" in m for m in logs.messages)
+    resumed.train(STEPS, STEPS + 2)  # the failing backend is never called again
+    # A decided run that stayed compiled skips the eager timing on resume.
+    kept = make_trainer()
+    kept_guard = _guarded(kept)
+    kept.load_state_dict({**state, "hooks": {"CompileGuard": {"mode": "default", "fell_back": False, "reason": "",
+                                                              "decided": True}}})
+    kept.train(STEPS, STEPS + 1)
+    assert is_compiled(kept.model) and kept_guard._compiled_steps == 1 and not kept_guard._eager_times
+
+
+def test_compile_errors_are_told_apart_from_the_model_s_own_errors():
+    model = TinyModel()
+    model.compile(backend=_failing_backend)
+    with pytest.raises(Exception) as info:
+        model(make_batch(0))
+    assert is_compile_error(info.value)
+    assert not is_compile_error(ValueError("a bad value")) and not is_compile_error(torch.OutOfMemoryError("oom"))
+
+
+class FeatureNet(nn.Module):
+    """A tiny eval-mode feature extractor over batch dicts with images and camera ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.cam = nn.Embedding(3, 4)
+
+    def forward(self, batch):
+        x = self.bn(self.conv(batch["images"].float())).mean(dim=(2, 3))
+        return x + self.cam(batch["camids"])
+
+
+class Collect(DatasetEvaluator):
+    def reset(self):
+        self.features = []
+
+    def process(self, inputs, outputs):
+        self.features.append(outputs)
+
+    def evaluate(self):
+        return {"features": torch.cat(self.features)}
+
+
+def _eval_batches(sizes=(4, 4, 3)):
+    gen = torch.Generator().manual_seed(0)
+    return [{"images": torch.randint(0, 256, (n, 3, 8, 4), generator=gen, dtype=torch.uint8),
+             "camids": torch.randint(0, 3, (n,), generator=gen), "img_paths": [f"{i}.jpg" for i in range(n)]}
+            for n in sizes]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_compiled_evaluation_pads_the_last_batch_and_compiles_once(flip):
+    torch.manual_seed(0)
+    model = FeatureNet()
+    expected = inference_on_dataset(model, _eval_batches(), Collect(), flip_test=flip)["features"]
+    model.compile(backend="eager")
+    before = len(torch._dynamo.utils.get_compilation_metrics())
+    features = inference_on_dataset(model, _eval_batches(), Collect(), flip_test=flip)["features"]
+    assert features.shape == (11, 4)
+    torch.testing.assert_close(features, expected)
+    compiles = torch._dynamo.utils.get_compilation_metrics()[before:]
+    assert len(compiles) == 1 and compiles[0].recompile_reason is None  # the partial batch reused the graph
+
+
+def test_precise_bn_runs_a_compiled_model_eagerly():
+    def bn_stats(compiled):
+        torch.manual_seed(0)
+        model = TinyModel()
+        if compiled:
+            model.compile(backend=_failing_backend)  # any compiled call would raise
+        PreciseBN(0, model, [make_batch(i) for i in range(3)], num_iter=3).update_stats()
+        assert is_compiled(model) == compiled
+        return model.backbone[1].running_mean.clone()
+
+    torch.testing.assert_close(bn_stats(True), bn_stats(False), rtol=0, atol=0)
+
+
+def test_eager_calls_restores_the_compiled_call_unless_the_model_fell_back():
+    model = TinyModel()
+    model.compile(backend="eager")
+    with eager_calls(model):
+        assert not is_compiled(model)
+    assert is_compiled(model)
+    model.compile_mode = "default"
+    with eager_calls(model):
+        compile_guard.uncompile_model(model)
+    assert not is_compiled(model)
