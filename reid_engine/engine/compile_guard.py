@@ -141,7 +141,9 @@ class CompileGuard(HookBase):
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """{"mode", "fell_back", "reason", "decided"} (checkpointed with the trainer)."""
+        """{"mode", "fell_back", "reason", "decided"} (checkpointed with the trainer); {} for an eager run."""
+        if self.mode == "off":
+            return {}
         return {"mode": self.mode, "fell_back": self.fell_back, "reason": self.reason, "decided": self.decided}
 
     def load_state_dict(self, state_dict: dict) -> None:

@@ -2,6 +2,8 @@
 an explicit mode fails in one line, the decision survives resume; compiled evaluation and
 PreciseBN add no graphs. CPU, torch.compile with cheap backends (the eager backend traces and
 guards like inductor without generating code)."""
+import os
+
 import pytest
 import torch
 import torch._dynamo  # noqa: F401  (imported once, at collection, rather than inside the first test)
@@ -271,3 +273,28 @@ def test_eager_calls_restores_the_compiled_call_unless_the_model_fell_back():
     with eager_calls(model):
         compile_guard.uncompile_model(model)
     assert not is_compiled(model)
+
+
+@pytest.mark.slow
+def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
+    """The real loop, compiled (eager backend): evaluation after compiled training, the guard's
+    state in the checkpoint (read by the safe loader) and eager key names for --resume."""
+    import logging
+
+    from reid_engine.config import get_cfg
+    from reid_engine.engine.defaults import DefaultTrainer
+    from reid_engine.utils.safe_load import load_checkpoint_file
+
+    logging.getLogger("reid_engine").setLevel(logging.INFO)
+    cfg = get_cfg()
+    cfg.merge_from_file(os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml"))
+    cfg.merge_from_list(["DATASETS.ROOT", data_root, "OUTPUT_DIR", str(tmp_path), "SOLVER.MAX_EPOCH", 1,
+                         "TEST.EVAL_PERIOD", 1, "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]",
+                         "TEST.IMS_PER_BATCH", 24, "MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
+    trainer = DefaultTrainer(cfg)
+    assert trainer.compile_guard.explicit and is_compiled(trainer.model)
+    results = trainer.train()
+    assert results and 0 <= results["SyntheticReIDTiny"]["mAP"] <= 100 and is_compiled(trainer.model)
+    saved = load_checkpoint_file(str(tmp_path / "model_final.pth"))
+    assert saved["trainer"]["hooks"]["CompileGuard"]["fell_back"] is False
+    assert not any("_orig_mod" in key for key in saved["model"])
