@@ -70,9 +70,14 @@ def build_inference_model(cfg: CfgNode) -> nn.Module:
     Args:
         cfg: the config (MODEL.* and INPUT.SIZE_TEST are read by the model builder).
     Returns:
-        the model on MODEL.DEVICE, in eval mode, without gradients.
+        the model on MODEL.DEVICE, in eval mode, without gradients, eager (MODEL.COMPILE is not applied).
     """
-    cfg = inference_config(cfg)
+    cfg = inference_config(cfg).clone()
+    cfg.defrost()
+    # Eager: exporters trace this model (torch.onnx, TorchScript), which must not run through
+    # torch.compile, and a served model's calls come one batch at a time, of any size.
+    cfg.MODEL.COMPILE = "off"
+    cfg.freeze()
     model = build_model(cfg)
     if cfg.MODEL.WEIGHTS:
         Checkpointer(model).load(cfg.MODEL.WEIGHTS, checkpointables=[])

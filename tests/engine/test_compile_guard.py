@@ -298,3 +298,14 @@ def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
     saved = load_checkpoint_file(str(tmp_path / "model_final.pth"))
     assert saved["trainer"]["hooks"]["CompileGuard"]["fell_back"] is False
     assert not any("_orig_mod" in key for key in saved["model"])
+
+
+def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monkeypatch, tmp_path):
+    from reid_engine.modeling.compile import inductor_cache_dir
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert inductor_cache_dir() == str(tmp_path / "cache" / "reid_engine" / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == inductor_cache_dir()  # for torch and worker processes
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert inductor_cache_dir() == str(tmp_path / "mine")
