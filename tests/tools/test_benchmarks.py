@@ -30,3 +30,13 @@ def test_bench_train_gpu_runs_the_trainer_loop_on_the_cpu(bench_module, data_roo
     row = next(line for line in out.splitlines() if line.startswith("| fp32 |"))
     model_ips, trainer_ips = float(row.split("|")[2]), float(row.split("|")[4])
     assert model_ips > 0 and trainer_ips > 0, out
+
+
+def test_bench_train_gpu_variants_name_their_compile_mode(bench_module):
+    bench = bench_module("bench_train_gpu")
+    mode = bench.variant_compile_mode
+    assert mode("bf16+cl".split("+")) == "off" and mode("bf16+cl+compile".split("+")) == "default"
+    assert mode("bf16+cl+compile:reduce-overhead".split("+")) == "reduce-overhead"
+    assert mode("fp32+compile:max-autotune".split("+")) == "max-autotune" and mode("bf16+auto".split("+")) == "auto"
+    with pytest.raises(SystemExit, match="more than one compile mode"):
+        mode("bf16+auto+compile".split("+"))
