@@ -73,8 +73,12 @@ def is_compile_error(exc: BaseException) -> bool:
         return False
     if isinstance(exc, torch._dynamo.exc.TorchDynamoException):
         return True
+    # Raised where torch.compile's own code or its generated code runs (every compiled call
+    # passes through torch/_dynamo/eval_frame.py, so only the innermost frame tells).
     frames = traceback.extract_tb(exc.__traceback__)
-    return any(any(part in frame.filename for part in _COMPILER_DIRS) for frame in frames)
+    where = frames[-1].filename if frames else ""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or "\0"
+    return any(part in where for part in _COMPILER_DIRS) or where.startswith(cache)
 
 
 def _one_line(exc: BaseException, limit: int = 240) -> str:
@@ -138,16 +142,25 @@ class CompileGuard(HookBase):
         self._compiled_times: List[float] = []
         self._recompiles: List[str] = []  # reasons of the recompilations after warm-up
         self._seen_metrics = 0.0  # start time (us) of the last compilation looked at
+        self._resumed_state: dict = {}
+
+    @property
+    def warming_up(self) -> bool:
+        """Whether the steps are still the guard's warm-up (eager timing, compilation, timed
+        compiled steps): their times are not the run's steady speed."""
+        return self.active and self._compiled_steps < COMPILE_WARMUP_STEPS + TIMED_STEPS
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """{"mode", "fell_back", "reason", "decided"} (checkpointed with the trainer); {} for an eager run."""
+        """{"mode", "fell_back", "reason", "decided"} (checkpointed with the trainer); for an eager
+        run, what it resumed from ({} if nothing), so a later compiled resume still knows."""
         if self.mode == "off":
-            return {}
+            return dict(self._resumed_state)
         return {"mode": self.mode, "fell_back": self.fell_back, "reason": self.reason, "decided": self.decided}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore the decision: a model auto turned to eager before stays eager (no recompiling)."""
+        self._resumed_state = dict(state_dict)
         if self.explicit:
             return  # an explicit mode is the user's choice for this part of the run
         self.decided = bool(state_dict.get("decided", False))

@@ -170,6 +170,7 @@ def test_an_explicit_mode_is_timed_but_never_falls_back_for_speed():
     guard.timer = FakeClock(trainer.model, eager=0.1, compiled=0.3)
     trainer.train(0, STEPS)
     assert not guard.fell_back and is_compiled(trainer.model) and guard.compile_seconds is not None
+    assert not guard.warming_up
 
 
 def test_the_fallback_survives_resume_without_compiling_again():
@@ -186,6 +187,9 @@ def test_the_fallback_survives_resume_without_compiling_again():
     assert resumed_guard.fell_back and not is_compiled(resumed.model)
     assert any("earlier part of this run and stays eager" in m and "C++ compiler" in m for m in logs.messages)
     resumed.train(STEPS, STEPS + 2)  # the failing backend is never called again
+    eager = CompileGuard(make_trainer().model, "off", explicit=False)  # e.g. auto resumed on the CPU
+    eager.load_state_dict(state["hooks"]["CompileGuard"])
+    assert eager.state_dict() == state["hooks"]["CompileGuard"]  # kept for a later compiled resume
     # A decided run that stayed compiled skips the eager timing on resume.
     kept = make_trainer()
     kept_guard = _guarded(kept)
@@ -201,6 +205,16 @@ def test_compile_errors_are_told_apart_from_the_model_s_own_errors():
     with pytest.raises(Exception) as info:
         model(make_batch(0))
     assert is_compile_error(info.value)
+
+    class Buggy(TinyModel):
+        def forward(self, batch):
+            return super().forward(batch) if "y" in batch else batch["labels"]  # a bug eager has too
+
+    model = Buggy()
+    model.compile(backend="eager")
+    with pytest.raises(KeyError) as info:
+        model({"x": torch.zeros(2, 4)})
+    assert not is_compile_error(info.value)  # raised in the model's code, through the compiled call
     assert not is_compile_error(ValueError("a bad value")) and not is_compile_error(torch.OutOfMemoryError("oom"))
 
 
