@@ -9,6 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 from tabulate import tabulate
+from torch.utils._pytree import tree_map_only
 
 from reid_engine.utils import comm
 from reid_engine.utils.compiled import is_compiled, kept_output, mark_step_begin
@@ -152,13 +153,16 @@ def _features(model, inputs, flip_test: bool, full_size: int) -> torch.Tensor:
     graphs, record one more graph. Outputs are cloned where CUDA graphs would overwrite them.
     """
     size = int(inputs["images"].shape[0])
-    if is_compiled(model) and size < full_size:
+    padded = is_compiled(model) and size < full_size
+    if padded:
         inputs = _padded(inputs, full_size)
     mark_step_begin(model)
     outputs = flip_averaged(model, inputs) if flip_test else model(inputs)
-    if not isinstance(outputs, torch.Tensor):  # a custom model's outputs: given to its evaluator as they are
-        return outputs
-    return kept_output(model, outputs[:size] if outputs.shape[0] != size else outputs)
+
+    def trim(tensor):  # also inside a custom model's tuple / dict outputs
+        return kept_output(model, tensor[:size] if padded and tensor.dim() and tensor.shape[0] == full_size else tensor)
+
+    return trim(outputs) if isinstance(outputs, torch.Tensor) else tree_map_only(torch.Tensor, trim, outputs)
 
 
 def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False,
