@@ -323,3 +323,16 @@ def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monk
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == inductor_cache_dir()  # for torch and worker processes
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     assert inductor_cache_dir() == str(tmp_path / "mine")
+
+
+def test_inference_builds_eager_under_auto_and_export_models_always_eager():
+    from reid_engine.config import get_cfg
+    from reid_engine.inference import build_inference_model, inference_config
+
+    cfg = get_cfg()
+    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.DEPTH", "18x", "MODEL.BACKBONE.PRETRAIN", False,
+                         "MODEL.HEADS.NUM_CLASSES", 4])
+    assert cfg.MODEL.COMPILE == "auto" and inference_config(cfg).MODEL.COMPILE == "off"  # --eval-only
+    cfg.merge_from_list(["MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
+    assert inference_config(cfg).MODEL.COMPILE == "default"  # an explicit mode is kept for --eval-only
+    assert not is_compiled(build_inference_model(cfg))  # traced by exporters: never compiled
