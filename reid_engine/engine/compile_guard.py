@@ -192,8 +192,8 @@ class CompileGuard(HookBase):
             return
         index = self._compiled_steps
         self._compiled_steps += 1
-        timed = not self.decided or self.compile_seconds is None
-        timed = timed and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
+        # The first compiled steps of each process are timed (a resumed run logs its compile time too).
+        timed = self.compile_seconds is None and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
         try:
             mark_step_begin(self.model)
             seconds = self._timed(step) if timed else step()

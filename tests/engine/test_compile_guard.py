@@ -307,7 +307,11 @@ def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
                          "TEST.IMS_PER_BATCH", 24, "MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
     trainer = DefaultTrainer(cfg)
     assert trainer.compile_guard.explicit and is_compiled(trainer.model)
+    torch._dynamo.utils.clear_compilation_metrics()
     results = trainer.train()
+    # The LR changing every step recompiles nothing; the switch to evaluation recompiles once.
+    reasons = [m.recompile_reason for m in torch._dynamo.utils.get_compilation_metrics() if m.recompile_reason]
+    assert len(reasons) == 1 and ("grad_mode" in reasons[0] or "training" in reasons[0]), reasons
     assert results and 0 <= results["SyntheticReIDTiny"]["mAP"] <= 100 and is_compiled(trainer.model)
     saved = load_checkpoint_file(str(tmp_path / "model_final.pth"))
     assert saved["trainer"]["hooks"]["CompileGuard"]["fell_back"] is False
