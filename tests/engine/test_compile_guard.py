@@ -340,3 +340,38 @@ def test_inference_builds_eager_under_auto_and_export_models_always_eager():
     cfg.merge_from_list(["MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
     assert inference_config(cfg).MODEL.COMPILE == "default"  # an explicit mode is kept for --eval-only
     assert not is_compiled(build_inference_model(cfg))  # traced by exporters: never compiled
+
+
+def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monkeypatch):
+    """The call sites CUDA graphs need, shown on the CPU by declaring the model CUDA-graphed: a
+    step boundary before each training step and each evaluation call (two with flip test), and
+    evaluation features that are copies, not the memory the next replay overwrites."""
+    from reid_engine.utils import compiled
+
+    marks = []
+    monkeypatch.setattr(compiled, "uses_cuda_graphs", lambda model: is_compiled(model))
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    trainer = make_trainer()
+    guard = _guarded(trainer, explicit=True)
+    trainer.train(0, 3)
+    assert len(marks) == 3 and guard._compiled_steps == 3
+
+    returned = []
+
+    class Recording(FeatureNet):
+        def forward(self, batch):
+            out = super().forward(batch)
+            returned.append(out)
+            return out
+
+    class Pointers(Collect):
+        def process(self, inputs, outputs):
+            assert all(outputs.data_ptr() != r.data_ptr() for r in returned)
+            super().process(inputs, outputs)
+
+    model = Recording()
+    model.compile(backend="eager")
+    for flip, calls in ((False, 1), (True, 2)):
+        marks.clear()
+        inference_on_dataset(model, _eval_batches(), Pointers(), flip_test=flip)
+        assert len(marks) == calls * 3
