@@ -378,3 +378,20 @@ def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monke
         marks.clear()
         inference_on_dataset(model, _eval_batches(), Pointers(), flip_test=flip)
         assert len(marks) == calls * 3
+
+
+@pytest.mark.slow
+def test_auto_falls_back_when_inductor_finds_no_cpp_compiler(monkeypatch, tmp_path):
+    """The real inductor error of a machine without a C++ compiler (inductor lowers the graph first)."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(inductor_config.cpp, "cxx", (str(tmp_path / "no-such-g++"),))
+    trainer = make_trainer()
+    trainer.model.compile()  # inductor
+    trainer.model.compile_mode = "default"
+    guard = CompileGuard(trainer.model, "default", explicit=False)
+    trainer.register_hooks([guard])
+    trainer.compile_guard = guard
+    trainer.train(0, 4)
+    assert guard.fell_back and "No working C++ compiler" in guard.reason and "at iteration 2" in guard.reason
