@@ -12,12 +12,14 @@ b. recompilations after warm-up pass :data:`RECOMPILE_CAP` (the line names the f
 c. the compiled steady-state step is slower than the eager one: the first
    :data:`EAGER_STEPS` steps run eagerly (warm-up anyway), then the compiled steps after
    their compilation are timed, and the medians compared (the device is synchronised for
-   these timed steps only).
+   these timed steps only). A recompilation after that decision (a new graph, e.g. when
+   FREEZE_LAYERS ends) starts the comparison again.
 
 An explicit mode never falls back: (a) and (b) raise :class:`CompileFailedError` (one line,
-with MODEL.COMPILE off as the fix), and (c) is only logged. The decision is part of the
-checkpoint, so a resumed run does not compile a model that already failed. One line gives
-the compile time: the first compiled steps minus as many steady compiled steps.
+with MODEL.COMPILE off as the fix), and (c) is only logged. A fallback is part of the
+checkpoint, so a resumed run does not compile a model that already failed (one that stayed
+compiled is compared again). One line gives the compile time: the first compiled steps
+minus as many steady compiled steps.
 """
 import logging
 import os
@@ -110,11 +112,14 @@ class CompileGuard(HookBase):
     Register it with the trainer's hooks (its state is checkpointed) and set it as
     ``SimpleTrainer.compile_guard``. A model that is not compiled passes straight through.
 
+    A comparison (auto: eager steps, then compiled steps) runs at the start of each process
+    and again after a recompilation that follows a decision (a new graph, e.g. when
+    FREEZE_LAYERS ends, may be slow where the first was fast).
+
     Attributes:
         fell_back: auto turned the model back to eager.
         reason: why (empty while it stays compiled).
-        decided: the eager / compiled timing comparison was made (a resumed run skips it).
-        compile_seconds: the estimated compile time (None until measured).
+        compile_seconds: the estimated time of the last compilation (None until measured).
     """
 
     def __init__(self, model: nn.Module, mode: str, explicit: bool, recompile_cap: int = RECOMPILE_CAP,
@@ -134,10 +139,9 @@ class CompileGuard(HookBase):
         self.timer = timer
         self.fell_back = False
         self.reason = ""
-        self.decided = False
         self.compile_seconds: Optional[float] = None
-        self._steps = 0  # steps run through the guard in this process
-        self._compiled_steps = 0
+        self._comparing = True  # the steps of a comparison (or, explicit, of the compile-time estimate)
+        self._trial = 0  # steps into it
         self._eager_times: List[float] = []
         self._compiled_times: List[float] = []
         self._recompiles: List[str] = []  # reasons of the recompilations after warm-up
@@ -145,25 +149,29 @@ class CompileGuard(HookBase):
         self._resumed_state: dict = {}
 
     @property
+    def _eager_steps(self) -> int:
+        return 0 if self.explicit else EAGER_STEPS
+
+    @property
     def warming_up(self) -> bool:
-        """Whether the steps are still the guard's warm-up (eager timing, compilation, timed
+        """Whether the steps are the guard's comparison (eager timing, compilation, timed
         compiled steps): their times are not the run's steady speed."""
-        return self.active and self._compiled_steps < COMPILE_WARMUP_STEPS + TIMED_STEPS
+        return self.active and self._comparing
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
-        """{"mode", "fell_back", "reason", "decided"} (checkpointed with the trainer); for an eager
-        run, what it resumed from ({} if nothing), so a later compiled resume still knows."""
+        """{"mode", "fell_back", "reason"} (checkpointed with the trainer); for an eager run,
+        what it resumed from ({} if nothing), so a later compiled resume still knows."""
         if self.mode == "off":
             return dict(self._resumed_state)
-        return {"mode": self.mode, "fell_back": self.fell_back, "reason": self.reason, "decided": self.decided}
+        return {"mode": self.mode, "fell_back": self.fell_back, "reason": self.reason}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore the decision: a model auto turned to eager before stays eager (no recompiling)."""
+        """Restore the decision: a model auto turned to eager before stays eager (no recompiling);
+        one that stayed compiled is compared again (another process, maybe another machine)."""
         self._resumed_state = dict(state_dict)
         if self.explicit:
             return  # an explicit mode is the user's choice for this part of the run
-        self.decided = bool(state_dict.get("decided", False))
         if state_dict.get("fell_back") and is_compiled(self.model):
             self._fall_back(str(state_dict.get("reason", "")), earlier=True)
 
@@ -185,15 +193,14 @@ class CompileGuard(HookBase):
         if not self.active:
             step()
             return
-        self._steps += 1
-        if not self.explicit and not self.decided and self._steps <= EAGER_STEPS:
+        if self._comparing and self._trial < self._eager_steps:
+            self._trial += 1
             with eager_calls(self.model):
                 self._eager_times.append(self._timed(step))
             return
-        index = self._compiled_steps
-        self._compiled_steps += 1
-        # The first compiled steps of each process are timed (a resumed run logs its compile time too).
-        timed = self.compile_seconds is None and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
+        index = self._trial - self._eager_steps  # compiled steps into the comparison
+        timed = self._comparing and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
+        self._trial += 1
         try:
             mark_step_begin(self.model)
             seconds = self._timed(step) if timed else step()
@@ -203,10 +210,10 @@ class CompileGuard(HookBase):
             self._compile_failed(exc, f"at iteration {self._iteration()}")
             step()  # the same batch, eagerly: the failed step applied nothing
             return
-        if seconds is not None:
+        if timed:
             self._compiled_times.append(seconds)
-        self._check_recompiles(warm=index >= COMPILE_WARMUP_STEPS)
-        if timed and index == COMPILE_WARMUP_STEPS + TIMED_STEPS - 1:
+        self._check_recompiles(warm=not timed or index >= COMPILE_WARMUP_STEPS)
+        if timed and index == COMPILE_WARMUP_STEPS + TIMED_STEPS - 1 and self.active:
             self._decide()
 
     def evaluate(self, run: Callable[[], object]):
@@ -264,6 +271,10 @@ class CompileGuard(HookBase):
             return
         self._recompiles += [m.recompile_reason for m in metrics if m.recompile_reason]
         if len(self._recompiles) <= self.recompile_cap:
+            if not self._comparing and not self.explicit:  # a new graph after the decision: compare again
+                logger.info("Compile: recompiled because the guard `%s` failed: comparing compiled and eager "
+                            "steps again", _guard_name(self._recompiles[-1]))
+                self._comparing, self._trial, self._eager_times, self._compiled_times = True, 0, [], []
             return
         cause = (f"{len(self._recompiles)} recompilations after warm-up (more than {self.recompile_cap}), the "
                  f"last because the guard `{_guard_name(self._recompiles[-1])}` failed")
@@ -278,15 +289,15 @@ class CompileGuard(HookBase):
         Each worker of a DDP job decides for itself (no collective here: a worker that fell
         back earlier would never join it); a worker running eager only differs in speed.
         """
+        self._comparing = False
         warmup, steady = self._compiled_times[:COMPILE_WARMUP_STEPS], self._compiled_times[COMPILE_WARMUP_STEPS:]
         compiled = statistics.median(steady)
-        eager = statistics.median(self._eager_times[1:] or self._eager_times) if self._eager_times else None
         self.compile_seconds = max(0.0, sum(warmup) - len(warmup) * compiled)
         logger.info("Compile: compiling took about %.1f s (the first %d compiled steps took %.1f s, a compiled "
                     "step %.4f s)", self.compile_seconds, len(warmup), sum(warmup), compiled)
-        if eager is None or self.decided:
+        if not self._eager_times:  # an explicit mode: the figures only
             return
-        self.decided = True
+        eager = statistics.median(self._eager_times[1:] or self._eager_times)
         if compiled > eager:
             self._fall_back(f"the compiled step ({compiled:.4f} s) is slower than the eager step ({eager:.4f} s)")
         else:
@@ -296,7 +307,7 @@ class CompileGuard(HookBase):
     def _fall_back(self, reason: str, earlier: bool = False) -> None:
         """Turn the model back to eager for the rest of the run, with one log line."""
         uncompile_model(self.model)
-        self.fell_back, self.reason, self.decided = True, reason, True
+        self.fell_back, self.reason, self._comparing = True, reason, False
         when = "fell back to eager in an earlier part of this run and stays eager" if earlier else \
             "falls back to eager for the rest of the run"
         logger.warning("Compile: auto %s: %s", when, reason)

@@ -152,7 +152,7 @@ def test_auto_keeps_compile_only_when_the_steady_compiled_step_is_faster(compile
     guard.timer = FakeClock(trainer.model, eager=0.1, compiled=compiled_seconds)
     with capture_logs() as logs:
         trainer.train(0, STEPS)
-    assert guard.decided and guard.fell_back == falls_back and is_compiled(trainer.model) != falls_back
+    assert not guard.warming_up and guard.fell_back == falls_back and is_compiled(trainer.model) != falls_back
     decision = [m for m in logs.messages if "falls back" in m or "auto keeps" in m]
     assert len(decision) == 1, logs.messages
     if falls_back:
@@ -178,8 +178,7 @@ def test_the_fallback_survives_resume_without_compiling_again():
     guard = _guarded(trainer, backend=_failing_backend)
     trainer.train(0, STEPS)
     state = trainer.state_dict()
-    assert state["hooks"]["CompileGuard"] == {"mode": "default", "fell_back": True, "reason": guard.reason,
-                                              "decided": True}
+    assert state["hooks"]["CompileGuard"] == {"mode": "default", "fell_back": True, "reason": guard.reason}
     resumed = make_trainer()
     resumed_guard = _guarded(resumed, backend=_failing_backend)
     with capture_logs() as logs:
@@ -190,13 +189,40 @@ def test_the_fallback_survives_resume_without_compiling_again():
     eager = CompileGuard(make_trainer().model, "off", explicit=False)  # e.g. auto resumed on the CPU
     eager.load_state_dict(state["hooks"]["CompileGuard"])
     assert eager.state_dict() == state["hooks"]["CompileGuard"]  # kept for a later compiled resume
-    # A decided run that stayed compiled skips the eager timing on resume.
+    # A run that stayed compiled compares again on resume (another process, maybe another machine).
     kept = make_trainer()
     kept_guard = _guarded(kept)
-    kept.load_state_dict({**state, "hooks": {"CompileGuard": {"mode": "default", "fell_back": False, "reason": "",
-                                                              "decided": True}}})
+    kept.load_state_dict({**state, "hooks": {"CompileGuard": {"mode": "default", "fell_back": False, "reason": ""}}})
     kept.train(STEPS, STEPS + 1)
-    assert is_compiled(kept.model) and kept_guard._compiled_steps == 1 and not kept_guard._eager_times
+    assert is_compiled(kept.model) and len(kept_guard._eager_times) == 1
+
+
+def test_a_recompilation_after_the_decision_compares_again_and_can_fall_back():
+    """As when FREEZE_LAYERS ends: the new graph is slow where the first was fast."""
+
+    class Release(HookBase):
+        def before_step(self):
+            self.trainer.model.phase = "frozen" if self.trainer.iter < 7 else "released"
+
+    torch.manual_seed(0)
+    model = StormModel()
+    trainer = SimpleTrainer(model, ResumableStream(), torch.optim.SGD(model.parameters(), lr=0.1))
+    guard = _guarded(trainer)
+    trainer.register_hooks([Release()])
+
+    class SlowAfterRelease(FakeClock):
+        def __call__(self):
+            self.compiled = 0.05 if model.phase == "frozen" else 0.3
+            return super().__call__()
+
+    guard.timer = SlowAfterRelease(model, eager=0.1, compiled=0.05)
+    with capture_logs() as logs:
+        trainer.train(0, 14)
+    decisions = [m for m in logs.messages if "falls back" in m or "auto keeps" in m or "comparing" in m]
+    assert len(decisions) == 3, logs.messages
+    assert "auto keeps" in decisions[0] and "`self.phase == 'frozen'` failed: comparing" in decisions[1]
+    assert "compiled step (0.3000 s) is slower than the eager step (0.1000 s)" in decisions[2]
+    assert guard.fell_back and not is_compiled(model)
 
 
 def test_compile_errors_are_told_apart_from_the_model_s_own_errors():
@@ -357,7 +383,7 @@ def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monke
     trainer = make_trainer()
     guard = _guarded(trainer, explicit=True)
     trainer.train(0, 3)
-    assert len(marks) == 3 and guard._compiled_steps == 3
+    assert len(marks) == 3 and guard._trial == 3  # explicit: compiled from the first step
 
     returned = []
 
