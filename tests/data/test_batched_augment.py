@@ -260,18 +260,24 @@ def test_trainer_applies_the_batch_augmentation_and_resumes_it_exactly():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_the_draws_stay_on_the_device_and_resume_exactly():
-    augment = BatchAugmentation("cuda", 0, flip=RandomHorizontalFlip(), pad_crop=RandomPadCrop(2),
-                                erasing=RandomErasing(p=0.5))
-    images = torch.randint(0, 256, (64, 3, 32, 16), dtype=torch.uint8)
-    state = augment.state_dict()
-    out = augment({"images": images.pin_memory()})["images"]
-    assert out.device.type == "cuda" and out.shape == images.shape
-    again = BatchAugmentation("cuda", 1, flip=RandomHorizontalFlip(), pad_crop=RandomPadCrop(2),
-                              erasing=RandomErasing(p=0.5))
-    again.load_state_dict(state)
-    assert torch.equal(again.apply(images.cuda()), out)
+def test_on_cuda_the_draws_stay_on_the_device_without_host_sync_and_resume_exactly():
+    def make(seed):
+        return BatchAugmentation("cuda", seed, flip=RandomHorizontalFlip(), pad_crop=RandomPadCrop(2),
+                                 erasing=RandomErasing(p=0.5))
 
+    augment = make(0)
+    batch = {"images": torch.randint(0, 256, (64, 3, 32, 16), dtype=torch.uint8).pin_memory()}
+    augment(batch)  # warm-up (allocations, kernels)
+    state = augment.state_dict()
+    torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+    try:
+        out = augment(batch)["images"]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert out.device.type == "cuda" and out.shape == batch["images"].shape
+    again = make(1)
+    again.load_state_dict(state)
+    assert torch.equal(again.apply(batch["images"].cuda()), out)
 
 def _default_trainer(out_dir, data_root, max_iter):
     """A tiny BoT DefaultTrainer with the batched path on, stopping after ``max_iter`` steps."""

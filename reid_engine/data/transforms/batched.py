@@ -32,9 +32,11 @@ logger = logging.getLogger(__name__)
 _ERASING_ATTEMPTS = 100
 
 
-def _uniform_int(u: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Map uniforms in [0, 1) to integers uniform in 0 .. count - 1 (count >= 1)."""
-    return torch.minimum((u * count).long(), count - 1)
+def _uniform_int(u: torch.Tensor, count: Union[int, torch.Tensor]) -> torch.Tensor:
+    """Map uniforms in [0, 1) to integers uniform in 0 .. count - 1 (count >= 1: an int, or a
+    tensor of counts on u's device; a float32 product can round up to count, hence the cap)."""
+    index = (u * count).long()
+    return torch.minimum(index, count - 1) if isinstance(count, torch.Tensor) else index.clamp_(max=count - 1)
 
 
 def _source_index(pos: torch.Tensor, size: int, mode: str) -> torch.Tensor:
@@ -120,9 +122,8 @@ class BatchAugmentation:
         if self.pad_crop is not None:
             pad, mode = self.pad_crop.padding, self.pad_crop.mode
             # The crop keeps the input size, so the window starts anywhere in 0 .. 2 * pad.
-            span = torch.tensor(2 * pad + 1, device=self.device)
-            top = _uniform_int(self._rand(batch), span)[:, None]
-            left = _uniform_int(self._rand(batch), span)[:, None]
+            top = _uniform_int(self._rand(batch), 2 * pad + 1)[:, None]
+            left = _uniform_int(self._rand(batch), 2 * pad + 1)[:, None]
             if mode == "constant":  # zeros: index into the padded canvas itself
                 source = F.pad(source, (pad, pad, pad, pad))
                 rows, cols = rows + top, cols + left
