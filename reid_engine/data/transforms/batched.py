@@ -158,7 +158,7 @@ class BatchAugmentation:
         # The same acceptance as sample_rectangle: it fits, and the rounded area is in range.
         fits = (h > 0) & (h < height) & (w > 0) & (w < width) & \
             (erased >= op.scale[0] * area) & (erased <= op.scale[1] * area)
-        first = fits.to(torch.uint8).argmax(dim=1, keepdim=True)  # the first try that fits
+        first = fits.int().argmax(dim=1, keepdim=True)  # the first try that fits (argmax: the first maximum)
         apply &= fits.any(dim=1)
         h, w = h.gather(1, first).squeeze(1), w.gather(1, first).squeeze(1)
         top = _uniform_int(self._rand(batch), height - h + 1)
