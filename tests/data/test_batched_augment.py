@@ -325,3 +325,13 @@ def test_default_trainer_resume_with_the_batched_path_is_exact(data_root, tmp_pa
     expected, got = straight.model.state_dict(), resumed.model.state_dict()
     for key in expected:
         assert torch.equal(expected[key], got[key]), key
+
+
+def test_precise_bn_loader_keeps_the_ops_per_image(data_root):
+    """PreciseBN feeds its loader's batches to the model as they come: no batched ops there."""
+    from reid_engine.engine.defaults import DefaultTrainer
+
+    cfg = _cfg(**{"INPUT.DEVICE_AUGMENT": "on", "DATASETS.ROOT": data_root, "TEST.PRECISE_BN.DATASET": "SyntheticReIDTiny",
+                  "DATALOADER.NUM_WORKERS": 0, "SOLVER.IMS_PER_BATCH": 8})
+    names = [type(op).__name__ for op in DefaultTrainer.build_precise_bn_loader(cfg).dataset.transform.sample_ops]
+    assert names == ["Resize", "RandomPadCrop", "RandomHorizontalFlip", "RandomErasing"]
