@@ -48,6 +48,12 @@ def _suggest(key: str, candidates: List[str]) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
+def _on_off_keys():
+    from .defaults import ON_OFF_KEYS  # defaults imports this module
+
+    return ON_OFF_KEYS
+
+
 def _type_name(value) -> str:
     return type(value).__name__
 
@@ -60,6 +66,8 @@ def _coerce(key: str, new, old):
     """
     if old is None or new is None or type(new) is type(old):
         return new
+    if isinstance(old, str) and isinstance(new, bool) and key in _on_off_keys():
+        return "on" if new else "off"
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
         return type(old)(new)
     if isinstance(old, (list, tuple)) and isinstance(new, str):

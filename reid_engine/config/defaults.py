@@ -19,8 +19,13 @@ _C.MODEL.META_ARCHITECTURE = "Baseline"
 _C.MODEL.FREEZE_LAYERS = []
 # (ours) channels_last memory format for the CNN: auto = on for CUDA devices, off on CPU; or on / off.
 _C.MODEL.CHANNELS_LAST = "auto"
-# (ours) torch.compile the model in place for training and evaluation (checkpoint keys unchanged).
-_C.MODEL.COMPILE = False
+# (ours) torch.compile mode, the model compiled in place (checkpoint keys unchanged): off, default,
+# reduce-overhead (CUDA graphs), max-autotune, max-autotune-no-cudagraphs, or auto (reduce-overhead
+# for CUDA training unless the architecture is eager-only; eager on the CPU). True / False (older
+# files) mean default / off. See reid_engine/modeling/compile.py.
+_C.MODEL.COMPILE = "auto"
+# (ours) torch.compile backend: inductor, or a cheaper one for debugging (aot_eager, eager).
+_C.MODEL.COMPILE_BACKEND = "inductor"
 # Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
 _C.MODEL.WEIGHTS = ""
 # Images enter the model as 0..255 and are normalised inside it.
@@ -346,6 +351,10 @@ _C.OUTPUT_DIR = "output"
 _C.MODEL.BACKBONE.FEAT_DIM = 2048
 
 # key -> why it has no effect
+# String keys that also accept a YAML boolean: true -> "on", false -> "off" (YAML 1.1 reads a
+# bare on / off as a boolean, and older files wrote MODEL.COMPILE: True).
+ON_OFF_KEYS = frozenset({"MODEL.CHANNELS_LAST", "MODEL.COMPILE"})
+
 INERT_KEYS = {
     "MODEL.BACKBONE.FEAT_DIM": "the head takes its input width from the backbone's out_channels",
 }

@@ -4,7 +4,9 @@ those of the eager, contiguous model."""
 import pytest
 import torch
 
+from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
+from reid_engine.modeling.compile import normalize_compile_mode, resolve_compile_mode
 from reid_engine.modeling.meta_arch import use_channels_last
 from reid_engine.utils.errors import ReidUserError
 
@@ -43,12 +45,11 @@ def test_channels_last_auto_follows_the_device_and_bad_values_are_clear():
 def test_compiled_model_trains_and_saves_eager_key_names(monkeypatch, tmp_path):
     """torch.compile in place (eager backend here: the graph capture is what is tested, and
     inductor's C++ build would take minutes on a CI machine)."""
-    original = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: original(self, backend="eager", **kw))
     torch.manual_seed(0)
     eager = build_model(tiny_cfg())
     torch.manual_seed(0)
-    compiled = build_model(tiny_cfg(COMPILE=True))
+    compiled = build_model(tiny_cfg(COMPILE=True, COMPILE_BACKEND="eager"))
+    assert compiled.compile_mode == "default" and eager.compile_mode == "off"
     assert list(compiled.state_dict()) == list(eager.state_dict())
     assert not any("_orig_mod" in key for key in compiled.state_dict())
     batch = {"images": torch.randint(0, 256, (4, 3, 64, 32), dtype=torch.uint8), "targets": torch.tensor([0, 0, 1, 1])}
@@ -60,3 +61,35 @@ def test_compiled_model_trains_and_saves_eager_key_names(monkeypatch, tmp_path):
     torch.save(compiled.state_dict(), tmp_path / "compiled.pth")
     reloaded = build_model(tiny_cfg())
     reloaded.load_state_dict(torch.load(tmp_path / "compiled.pth", weights_only=True), strict=True)
+
+
+@pytest.mark.parametrize("value, mode", [(True, "default"), (False, "off"), ("on", "default"), ("off", "off"),
+                                         ("auto", "auto"), ("Reduce-Overhead", "reduce-overhead"),
+                                         ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")])
+def test_compile_modes_and_their_aliases(value, mode):
+    assert normalize_compile_mode(value) == mode
+
+
+def test_compile_yaml_booleans_still_load_and_bad_modes_name_the_choices(tmp_path):
+    """Older files wrote MODEL.COMPILE: True; YAML reads a bare on / off as a boolean too."""
+    for text, expected in (("True", "on"), ("false", "off"), ("off", "off"), ("reduce-overhead", "reduce-overhead")):
+        path = tmp_path / "c.yml"
+        path.write_text(f"MODEL:\n  COMPILE: {text}\n  CHANNELS_LAST: {text if text != 'reduce-overhead' else 'on'}\n")
+        cfg = get_cfg()
+        cfg.merge_from_file(str(path))
+        assert cfg.MODEL.COMPILE == expected
+    with pytest.raises(ReidUserError, match="MODEL.COMPILE.*reduce-overhead"):
+        normalize_compile_mode("reduce-overheat")
+    with pytest.raises(ReidUserError, match="expects str"):
+        get_cfg().merge_from_list(["MODEL.WEIGHTS", "True"])  # only the on / off keys take booleans
+
+
+def test_auto_compiles_cuda_training_in_cuda_graphs_and_keeps_the_cpu_and_eager_only_models_eager():
+    class EagerOnly(torch.nn.Module):
+        EAGER_ONLY_REASON = "its queue write is data-dependent"
+
+    assert resolve_compile_mode("auto", torch.device("cuda"))[0] == "reduce-overhead"
+    assert resolve_compile_mode("auto", torch.device("cpu"))[0] == "off"
+    mode, reason = resolve_compile_mode("auto", torch.device("cuda"), EagerOnly())
+    assert mode == "off" and "EagerOnly" in reason and "queue" in reason
+    assert resolve_compile_mode("default", torch.device("cuda"), EagerOnly())[0] == "default"  # explicit wins

@@ -52,7 +52,7 @@ def variant_config(args, variant: str, output_dir: str):
     cfg.MODEL.BACKBONE.DEPTH = args.depth
     cfg.MODEL.BACKBONE.PRETRAIN = False
     cfg.MODEL.CHANNELS_LAST = "on" if "cl" in parts else "off"
-    cfg.MODEL.COMPILE = "compile" in parts
+    cfg.MODEL.COMPILE = "default" if "compile" in parts else "off"
     cfg.SOLVER.AMP.ENABLED = parts[0] != "fp32"
     cfg.SOLVER.AMP.DTYPE = {"fp16": "float16", "bf16": "bfloat16"}.get(parts[0], "auto")
     cfg.SOLVER.IMS_PER_BATCH = args.batch

@@ -8,6 +8,7 @@ from torch import nn
 from reid_engine.utils.env import resolve_device
 from reid_engine.utils.registry import Registry, check_choice
 
+from ..compile import COMPILE_BACKENDS, compile_model, normalize_compile_mode, resolve_compile_mode
 from .summary import log_model_summary
 
 __all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config", "use_channels_last", "CHANNELS_LAST_CHOICES"]
@@ -33,6 +34,8 @@ def check_model_config(cfg) -> None:
     """
     META_ARCH_REGISTRY.check_config(cfg)
     check_choice(cfg.MODEL.CHANNELS_LAST, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
+    normalize_compile_mode(cfg.MODEL.COMPILE)
+    check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
 
 
 def build_model(cfg) -> nn.Module:
@@ -63,11 +66,15 @@ def build_model(cfg) -> nn.Module:
         model.to(memory_format=torch.channels_last)
     model.to(device)
     model.channels_last = channels_last  # preprocess_image lays the images out to match
-    if cfg.MODEL.COMPILE:
+    mode, reason = resolve_compile_mode(cfg.MODEL.COMPILE, device, model)
+    if mode != "off":
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
-        model.compile()
-    logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
-                ", compiled (torch.compile)" if cfg.MODEL.COMPILE else "", time.perf_counter() - start)
+        compile_model(model, mode, cfg.MODEL.COMPILE_BACKEND)
+    model.compile_mode = mode
+    logger.info("Built %s on %s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
+                time.perf_counter() - start)
+    logger.info("Compile: %s (%s)", "eager" if mode == "off" else f"torch.compile mode {mode}, backend "
+                f"{cfg.MODEL.COMPILE_BACKEND}", reason)
     return model
 
 

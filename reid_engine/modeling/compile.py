@@ -1,0 +1,83 @@
+"""MODEL.COMPILE: which torch.compile mode a run uses, and compiling a model in place.
+
+The modes are torch.compile's (``default``, ``reduce-overhead`` = CUDA graphs,
+``max-autotune``, ``max-autotune-no-cudagraphs``) plus ``off`` and ``auto``. ``auto``
+picks per device and architecture (:func:`resolve_compile_mode`); the engine may still
+turn an ``auto`` choice back to eager at run time (a compile error, recompilations,
+a compiled step slower than eager), while an explicit mode never falls back.
+
+A meta architecture that must not run compiled under ``auto`` says why in its class
+attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from reid_engine.utils.registry import check_choice
+
+__all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model"]
+
+COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+# Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
+_ALIASES = {"on": "default", "true": "default", "false": "off"}
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+def normalize_compile_mode(value) -> str:
+    """The canonical MODEL.COMPILE mode of a config value (aliases resolved).
+
+    Args:
+        value: the config value (a mode name, on / off, True / False).
+    Returns:
+        one of COMPILE_MODES.
+    Raises:
+        UnknownChoiceError: not a mode (one line with the choices and the closest).
+    """
+    text = str(value).strip().lower()
+    return check_choice(_ALIASES.get(text, text), COMPILE_MODES, "MODEL.COMPILE")
+
+
+def resolve_compile_mode(value, device: torch.device, model: Optional[nn.Module] = None) -> Tuple[str, str]:
+    """The mode a run compiles with, and why (for one log line).
+
+    ``auto``: reduce-overhead (CUDA graphs) for CUDA training, unless the architecture is
+    eager-only; eager on the CPU, where compiling the main job bought no speed in the
+    trainer loop (README, "Compiled training") and costs a C++ build.
+
+    Args:
+        value: MODEL.COMPILE.
+        device: the training device.
+        model: the built model (its class's EAGER_ONLY_REASON is read), or None.
+    Returns:
+        (mode, reason): mode is "off" or a torch.compile mode.
+    """
+    mode = normalize_compile_mode(value)
+    if mode != "auto":
+        return mode, f"MODEL.COMPILE {value}"
+    eager_only = getattr(type(model), "EAGER_ONLY_REASON", None) if model is not None else None
+    if eager_only:
+        return "off", f"auto: {type(model).__name__} trains eager ({eager_only})"
+    if device.type == "cuda":
+        return "reduce-overhead", "auto: CUDA training runs in CUDA graphs (reduce-overhead)"
+    return "off", f"auto: eager on {device.type} (compiling was not faster there)"
+
+
+def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.Module:
+    """Compile `model` in place (nn.Module.compile), so state_dict keys keep their eager names.
+
+    Args:
+        model: the model.
+        mode: a torch.compile mode from COMPILE_MODES other than auto / off.
+        backend: MODEL.COMPILE_BACKEND; torch.compile's modes only apply to inductor.
+    Returns:
+        the same model.
+    """
+    check_choice(backend, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
+    if mode in ("auto", "off"):
+        raise ValueError(f"compile_model needs a torch.compile mode, got {mode!r}")
+    if backend == "inductor":
+        model.compile(mode=None if mode == "default" else mode)
+    else:
+        model.compile(backend=backend)
+    return model
