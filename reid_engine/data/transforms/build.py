@@ -97,7 +97,7 @@ def device_augment_enabled(cfg, device: Union[str, torch.device, None] = None) -
 
     ``auto`` turns it on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled
     (they would then run before the moved ops instead of after them); on the CPU the
-    per-image path stays (measured as fast there: the README's loader figures).
+    per-image path stays (the batched ops measured no faster there: the README's loader figures).
 
     Args:
         cfg: the config (INPUT.*, MODEL.DEVICE).
@@ -136,7 +136,7 @@ def build_batch_augmentation(cfg, device: Union[str, torch.device], seed: int,
     if not device_augment_enabled(cfg, device):
         if names:
             why = (f"{', '.join(_reordered_keys(cfg))} must run after them" if device.type == "cuda" else
-                   f"on {device.type} the per-image path is as fast")
+                   f"on {device.type} the batched ops are no faster")
             logger.info("Augmentation: %s per image in the loader workers (INPUT.DEVICE_AUGMENT %s%s)",
                         ", ".join(names), mode, f": {why}" if mode == "auto" else "")
         return None
