@@ -30,3 +30,14 @@ def test_bench_train_gpu_runs_the_trainer_loop_on_the_cpu(bench_module, data_roo
     row = next(line for line in out.splitlines() if line.startswith("| fp32 |"))
     model_ips, trainer_ips = float(row.split("|")[2]), float(row.split("|")[4])
     assert model_ips > 0 and trainer_ips > 0, out
+
+
+def test_bench_train_loader_compares_per_image_and_batched_augmentation(bench_module, data_root, capsys):
+    bench = bench_module("bench_train_loader")
+    bench.main(["--config", os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml"), "--data-root", data_root,
+                "--images", "32", "--batches", "1", "--rounds", "1", "--workers", "0"])
+    out = capsys.readouterr().out
+    assert "batch ops on cpu (main process)" in out, out
+    per_image = next(line for line in out.splitlines() if "per image" in line and line.split()[0] == "0")
+    batched = next(line for line in out.splitlines() if "batched" in line and line.split()[0] == "0")
+    assert float(per_image.split()[3]) > 0 and batched.rstrip().endswith("x"), out
