@@ -222,7 +222,7 @@ class DefaultTrainer(TrainerBase):
         cfg = self.cfg.clone()
         cfg.defrost()
         ipe = self.iters_per_epoch
-        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler()]
+        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler()]
         if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 

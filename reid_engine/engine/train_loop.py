@@ -78,6 +78,9 @@ class TrainerBase:
         iter: the current iteration (``max_iter`` once training completed).
         start_iter, max_iter: the range of the current/last ``train`` call.
         storage: the :class:`EventStorage` opened during training.
+        warmup_step: False at the start of each step; a ``run_step`` that pays a one-off
+            cost (compilation, graph capture) sets it, and the IterationTimer then leaves
+            the step out of ``time``, the ETA and the overall speed.
     """
 
     def __init__(self) -> None:
@@ -88,6 +91,7 @@ class TrainerBase:
         self.storage: Optional[EventStorage] = None
         self._pending_storage_state: Optional[dict] = None
         self._training = False  # inside train(): self.storage is the open storage
+        self.warmup_step = False
 
     def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
         """Append hooks (called in this order); None entries are dropped.
@@ -167,6 +171,7 @@ class TrainerBase:
     def before_step(self) -> None:
         """Align the storage iteration with the trainer's, then call the hooks."""
         self.storage.iter = self.iter
+        self.warmup_step = False
         for h in self._hooks:
             h.before_step()
 
