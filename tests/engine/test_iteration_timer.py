@@ -15,17 +15,31 @@ from reid_engine.utils.events import CommonMetricPrinter
 from ._engine_fixtures import capture_logs, one_torch_thread  # noqa: F401 (autouse fixture)
 
 
+class FakeClock:
+    """perf_counter for the timer: advances only when a step says so (a loaded machine
+    cannot make a step of "about nothing" slow)."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self):
+        return self.now
+
+
 class SleepyTrainer(TrainerBase):
     """Steps that take ``slow`` seconds at the given iterations (flagged as warm-up where
-    ``flag`` says so, as a compiling step does) and nothing otherwise."""
+    ``flag`` says so, as a compiling step does) and 1 ms otherwise, on ``clock`` when given."""
 
-    def __init__(self, slow=(), flag=(), seconds=0.3):
+    def __init__(self, slow=(), flag=(), seconds=0.3, clock=None):
         super().__init__()
-        self.slow, self.flag, self.seconds = set(slow), set(flag), seconds
+        self.slow, self.flag, self.seconds, self.clock = set(slow), set(flag), seconds, clock
 
     def run_step(self):
-        if self.iter in self.slow:
-            time.sleep(self.seconds)
+        seconds = self.seconds if self.iter in self.slow else 0.001
+        if self.clock is not None:
+            self.clock.now += seconds
+        elif self.iter in self.slow:
+            time.sleep(seconds)
         if self.iter in self.flag:
             self.warmup_step = True
 
@@ -34,20 +48,22 @@ def _timed(trainer):
     return {itr: v for v, itr in trainer.storage.history("time").values()}
 
 
-def test_slow_warmup_steps_stay_out_of_time_eta_and_overall_speed():
+def test_slow_warmup_steps_stay_out_of_time_eta_and_overall_speed(monkeypatch):
     # A 0.3 s first step (compilation) and a 0.3 s step flagged as warm-up later (a late
-    # compilation), against steps of about nothing.
-    trainer = SleepyTrainer(slow=(0, 7), flag=(7,))
+    # compilation), against steps of 1 ms.
+    clock = FakeClock()
+    monkeypatch.setattr(basic, "time", clock)
+    trainer = SleepyTrainer(slow=(0, 7), flag=(7,), clock=clock)
     timer = hooks.IterationTimer(warmup_iter=3, sync_period=5)
     trainer.register_hooks([timer, hooks.PeriodicWriter([CommonMetricPrinter(15)], period=5)])
     with capture_logs() as logs:
         trainer.train(0, 15)
     times = _timed(trainer)
     assert sorted(times) == [3, 4, 5, 6] + list(range(8, 15))
-    assert max(times.values()) < 0.1
+    assert max(times.values()) == pytest.approx(0.001)
     eta_seconds = trainer.storage.history("eta_seconds").values()
     assert [itr for _, itr in eta_seconds] == [4, 9] and all(v < 0.5 for v, _ in eta_seconds)
-    assert timer.total_time < 0.25  # the late warm-up step is not in the totals either
+    assert timer.total_time == pytest.approx(0.011)  # the late warm-up step is not in the totals either
     overall = [m for m in logs.messages if m.startswith("Overall training speed: 11 iterations in 0:00:00")]
     assert len(overall) == 1 and "excluding 4 warm-up iterations (start-up, compilation: 0.6 s)" in overall[0]
     assert any(m.startswith("Total training time: 0:00:00") for m in logs.messages)
