@@ -181,6 +181,15 @@ _C.INPUT.RPT = CN()  # random patch
 _C.INPUT.RPT.ENABLED = False
 _C.INPUT.RPT.PROB = 0.5
 
+# (ours) Where PADDING (pad + random crop), FLIP and REA (random erasing) run in training: "off"
+# per image in the loader workers (fast-reid's way); "on" batched on the training device just
+# before the forward pass, each image drawn independently from the same distributions (the
+# workers then only decode, resize and apply the other ops); "auto" is on for CUDA training and
+# off on the CPU (no faster there, and the main job's data stream stays as it was: README, "The
+# loader at GPU speed"). Moving them puts them after
+# CJ / AFFINE / AUGMIX / RPT instead of before, so "auto" stays off when one of those is enabled.
+_C.INPUT.DEVICE_AUGMENT = "auto"
+
 # ---------------------------------------------------------------------------- #
 # Datasets
 # ---------------------------------------------------------------------------- #

@@ -10,9 +10,9 @@ from .build import (
 from .common import ImageReadError, read_image
 from .datasets import DATASET_REGISTRY
 from .samplers import SAMPLER_REGISTRY
-from .transforms import build_transforms
+from .transforms import build_batch_augmentation, build_transforms
 
 __all__ = [
     "build_reid_train_loader", "build_reid_test_loader", "build_reid_inference_loader", "DevicePrefetcher", "TrainLoader",
-    "DATASET_REGISTRY", "SAMPLER_REGISTRY", "build_transforms", "read_image", "ImageReadError",
+    "DATASET_REGISTRY", "SAMPLER_REGISTRY", "build_transforms", "build_batch_augmentation", "read_image", "ImageReadError",
 ]

@@ -201,6 +201,8 @@ class CompileGuard(HookBase):
         index = self._trial - self._eager_steps  # compiled steps into the comparison
         timed = self._comparing and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
         self._trial += 1
+        if timed and index < COMPILE_WARMUP_STEPS:
+            self._one_off_step()
         try:
             mark_step_begin(self.model)
             seconds = self._timed(step) if timed else step()
@@ -208,6 +210,7 @@ class CompileGuard(HookBase):
             if not is_compile_error(exc):
                 raise
             self._compile_failed(exc, f"at iteration {self._iteration()}")
+            self._one_off_step()
             step()  # the same batch, eagerly: the failed step applied nothing
             return
         if timed:
@@ -248,6 +251,12 @@ class CompileGuard(HookBase):
         if param is not None and param.device.type == "cuda":
             torch.cuda.synchronize(param.device)
 
+    def _one_off_step(self) -> None:
+        """Flag this step as paying a one-off cost (compilation, graph capture, a redone step):
+        the IterationTimer leaves it out of ``time``, the ETA and the overall speed."""
+        if self.trainer is not None:
+            self.trainer.warmup_step = True
+
     def _iteration(self):
         return getattr(self.trainer, "iter", "?") if self.trainer is not None else "?"
 
@@ -267,6 +276,7 @@ class CompileGuard(HookBase):
         if not metrics:
             return
         self._seen_metrics = max(m.start_time_us or 0 for m in metrics)
+        self._one_off_step()  # it compiled (or, after an evaluation, the evaluation did)
         if not warm:
             return
         self._recompiles += [m.recompile_reason for m in metrics if m.recompile_reason]

@@ -13,7 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import CfgNode
-from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
+from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
 from ..evaluation import (
     DatasetEvaluator,
     ExpectedResultsError,
@@ -101,7 +101,8 @@ class DefaultTrainer(TrainerBase):
 
         trainer_cls = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
         # Losses are fetched from the device once per logging period, not every step.
-        trainer_kwargs = {"gather_metric_period": LOG_PERIOD}
+        trainer_kwargs = {"gather_metric_period": LOG_PERIOD,
+                          "batch_augment": self.build_batch_augmentation(cfg, data_loader, model_device(model))}
         if cfg.SOLVER.AMP.ENABLED:
             trainer_kwargs["precision"] = cfg.SOLVER.AMP.DTYPE
         self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
@@ -228,7 +229,8 @@ class DefaultTrainer(TrainerBase):
         cfg = self.cfg.clone()
         cfg.defrost()
         ipe = self.iters_per_epoch
-        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler(), self.compile_guard]
+        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler(),
+                                               self.compile_guard]
         if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 
@@ -292,11 +294,21 @@ class DefaultTrainer(TrainerBase):
         return build_reid_train_loader(cfg)
 
     @classmethod
+    def build_batch_augmentation(cls, cfg: CfgNode, data_loader, device: torch.device):
+        """The batched flip / pad-crop / erasing the step applies on ``device`` (INPUT.DEVICE_AUGMENT),
+        seeded from the loader's stream seed and the rank, or None (the loader's workers apply them)."""
+        stream = data_loader.state_dict() if hasattr(data_loader, "state_dict") else {}
+        seed = int(stream.get("seed", max(int(cfg.SEED), 0)))
+        return build_batch_augmentation(cfg, device, seed, rank=comm.get_rank())
+
+    @classmethod
     def build_precise_bn_loader(cls, cfg: CfgNode):
-        """A training-style loader over TEST.PRECISE_BN.DATASET for PreciseBN."""
+        """A training-style loader over TEST.PRECISE_BN.DATASET for PreciseBN (its batches are
+        augmented per image: the hook feeds them to the model as they come)."""
         cfg = cfg.clone()
         cfg.defrost()
         cfg.DATASETS.NAMES = (cfg.TEST.PRECISE_BN.DATASET,)
+        cfg.INPUT.DEVICE_AUGMENT = "off"
         return build_reid_train_loader(cfg)
 
     @classmethod

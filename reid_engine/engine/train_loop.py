@@ -10,7 +10,7 @@ import contextlib
 import logging
 import time
 import weakref
-from typing import Dict, Iterable, List, Mapping, Optional, Union
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -78,6 +78,9 @@ class TrainerBase:
         iter: the current iteration (``max_iter`` once training completed).
         start_iter, max_iter: the range of the current/last ``train`` call.
         storage: the :class:`EventStorage` opened during training.
+        warmup_step: False at the start of each step; a ``run_step`` that pays a one-off
+            cost (compilation, graph capture) sets it, and the IterationTimer then leaves
+            the step out of ``time``, the ETA and the overall speed.
     """
 
     def __init__(self) -> None:
@@ -88,6 +91,7 @@ class TrainerBase:
         self.storage: Optional[EventStorage] = None
         self._pending_storage_state: Optional[dict] = None
         self._training = False  # inside train(): self.storage is the open storage
+        self.warmup_step = False
 
     def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
         """Append hooks (called in this order); None entries are dropped.
@@ -167,6 +171,7 @@ class TrainerBase:
     def before_step(self) -> None:
         """Align the storage iteration with the trainer's, then call the hooks."""
         self.storage.iter = self.iter
+        self.warmup_step = False
         for h in self._hooks:
             h.before_step()
 
@@ -248,7 +253,8 @@ class SimpleTrainer(TrainerBase):
     """
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
-                 gather_metric_period: int = 1, zero_grad_before_forward: bool = False):
+                 gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
+                 batch_augment: Optional[Callable[[dict], dict]] = None):
         """
         Args:
             model: returns a dict of scalar loss tensors (or one loss tensor) for a
@@ -262,6 +268,9 @@ class SimpleTrainer(TrainerBase):
                 period > 1 keeps the steady-state step free of host synchronisation.
             zero_grad_before_forward: zero the gradients before the forward pass
                 instead of before the backward pass.
+            batch_augment: applied to each batch before the forward pass (e.g. the batched
+                flip / pad-crop / erasing of INPUT.DEVICE_AUGMENT); its ``state_dict`` /
+                ``load_state_dict`` are checkpointed.
         """
         super().__init__()
         model.train()
@@ -270,6 +279,7 @@ class SimpleTrainer(TrainerBase):
         self.optimizer = optimizer
         self.gather_metric_period = int(gather_metric_period)
         self.zero_grad_before_forward = zero_grad_before_forward
+        self.batch_augment = batch_augment
         self._data_loader_iter_obj = None
         # (iteration, device tensor of the loss values, data time) per step since the last flush
         self._staged: List[tuple] = []
@@ -301,6 +311,8 @@ class SimpleTrainer(TrainerBase):
         start = time.perf_counter()
         data = next(self._data_loader_iter)
         data_time = time.perf_counter() - start
+        if self.batch_augment is not None:
+            data = self.batch_augment(data)
         if self.compile_guard is None:
             self.train_on_batch(data, data_time)
         else:  # it may redo a failed compiled step eagerly on the same batch
@@ -373,12 +385,15 @@ class SimpleTrainer(TrainerBase):
 
 
     def state_dict(self) -> dict:
-        """TrainerBase state plus ``optimizer``, ``rng`` and (if supported) ``data_loader``."""
+        """TrainerBase state plus ``optimizer``, ``rng`` and (if supported) ``data_loader``
+        and ``batch_augment``."""
         ret = super().state_dict()
         ret["optimizer"] = self.optimizer.state_dict()
         ret["rng"] = get_rng_states()
         if hasattr(self.data_loader, "state_dict"):
             ret["data_loader"] = self.data_loader.state_dict()
+        if self.batch_augment is not None:
+            ret["batch_augment"] = self.batch_augment.state_dict()
         return ret
 
     def load_state_dict(self, state_dict: Mapping) -> None:
@@ -396,6 +411,8 @@ class SimpleTrainer(TrainerBase):
             else:
                 logger.warning("The checkpoint holds a data loader state but this data loader "
                                "cannot load one: the data stream restarts")
+        if self.batch_augment is not None and "batch_augment" in state_dict:
+            self.batch_augment.load_state_dict(state_dict["batch_augment"])
 
 
 def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "", iteration: Optional[int] = None) -> None:
@@ -460,16 +477,18 @@ class AMPTrainer(SimpleTrainer):
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
                  grad_scaler: Optional["torch.amp.GradScaler"] = None,
-                 precision: Union[str, torch.dtype] = "auto"):
+                 precision: Union[str, torch.dtype] = "auto",
+                 batch_augment: Optional[Callable[[dict], dict]] = None):
         """
         Args:
-            model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward:
-                as for :class:`SimpleTrainer`.
+            model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward,
+                batch_augment: as for :class:`SimpleTrainer`.
             grad_scaler: a ``torch.amp.GradScaler`` for float16 (a default one is made).
             precision: torch.float16 or torch.bfloat16, their names, or "auto" (see
                 resolve_amp_dtype).
         """
-        super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward)
+        super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward,
+                         batch_augment=batch_augment)
         self.device_type = _model_device_type(model)
         self.precision = resolve_amp_dtype(precision, self.device_type)
         self.autocast_enabled = True

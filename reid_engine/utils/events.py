@@ -373,7 +373,8 @@ class CommonMetricPrinter(EventWriter):
 
         eta: 0:01:23  iter: 19  total_loss: 1.234  loss_cls: 1.1  time: 0.1012  data_time: 0.0021  lr: 0.00035  max_mem: 812M
 
-    Losses and times are medians over the window; the ETA uses the median step time.
+    Losses and times are medians over the window; the ETA uses the median ``time`` of the
+    last 1000 timed steps, so the IterationTimer's warm-up steps (compilation) never enter it.
     ``max_mem`` (peak CUDA memory allocated) is shown only when the training device is a GPU,
     so a CPU run prints the same line on a machine with or without CUDA.
     Nothing is printed once training completed (storage iteration == max_iter).

@@ -165,12 +165,21 @@ def test_auto_keeps_compile_only_when_the_steady_compiled_step_is_faster(compile
 
 
 def test_an_explicit_mode_is_timed_but_never_falls_back_for_speed():
+    class WarmupFlags(HookBase):
+        flags = []
+
+        def after_step(self):
+            self.flags.append(self.trainer.warmup_step)
+
     trainer = make_trainer()
     guard = _guarded(trainer, explicit=True)
+    trainer.register_hooks([WarmupFlags()])
     guard.timer = FakeClock(trainer.model, eager=0.1, compiled=0.3)
     trainer.train(0, STEPS)
     assert not guard.fell_back and is_compiled(trainer.model) and guard.compile_seconds is not None
     assert not guard.warming_up
+    # The compiling step is flagged, so the IterationTimer leaves it out of time, ETA and speed.
+    assert WarmupFlags.flags == [True] + [False] * (STEPS - 1)
 
 
 def test_the_fallback_survives_resume_without_compiling_again():

@@ -40,3 +40,14 @@ def test_bench_train_gpu_variants_name_their_compile_mode(bench_module):
     assert mode("fp32+compile:max-autotune".split("+")) == "max-autotune" and mode("bf16+auto".split("+")) == "auto"
     with pytest.raises(SystemExit, match="more than one compile mode"):
         mode("bf16+auto+compile".split("+"))
+
+
+def test_bench_train_loader_compares_per_image_and_batched_augmentation(bench_module, data_root, capsys):
+    bench = bench_module("bench_train_loader")
+    bench.main(["--config", os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml"), "--data-root", data_root,
+                "--images", "32", "--batches", "1", "--rounds", "1", "--workers", "0"])
+    out = capsys.readouterr().out
+    assert "batch ops on cpu (main process)" in out, out
+    per_image = next(line for line in out.splitlines() if "per image" in line and line.split()[0] == "0")
+    batched = next(line for line in out.splitlines() if "batched" in line and line.split()[0] == "0")
+    assert float(per_image.split()[3]) > 0 and batched.rstrip().endswith("x"), out

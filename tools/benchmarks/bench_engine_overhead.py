@@ -8,14 +8,24 @@ LRScheduler, PeriodicWriter (CommonMetricPrinter + JSONWriter + TensorboardXWrit
 folder). The "on hooks" time is what IterationTimer reports: wall time after the warm-up
 spent outside the steps. The target is < 2 % of the total training time.
 
+With --main-job it instead takes apart one iteration of the README main job's real trainer
+loop (configs/SyntheticReID/bagtricks_R18-half-ibn.yml, DefaultTrainer with its hooks and
+writers, NUM_WORKERS 0 so that loading runs in this process) in CPU seconds of one thread
+(time.process_time, which a machine busy with other work barely changes): the whole
+iteration, the loader's part, and blocks of model-only steps (a fixed batch, the same model
+and optimizer) interleaved with the loop. Iteration - loader - model-only is what the engine
+adds (hooks, writers, loss staging, LR scheduling).
+
 Usage:
     python tools/benchmarks/bench_engine_overhead.py [--iters 300] [--checkpoint-period 100]
         [--threads N]
+    python tools/benchmarks/bench_engine_overhead.py --main-job [--data-root datasets] [--iters 24]
 """
 
 import argparse
 import logging
 import os
+import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -24,14 +34,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reid_engine.engine import hooks
-from reid_engine.engine.train_loop import SimpleTrainer
+from reid_engine.config import get_cfg
+from reid_engine.engine import DefaultTrainer, hooks
+from reid_engine.engine.train_loop import HookBase, SimpleTrainer
 from reid_engine.utils.checkpoint import Checkpointer
 from reid_engine.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from reid_engine.utils.logger import setup_logger
 
 TARGET_PERCENT = 2.0
 NUM_CLASSES = 50
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAIN_JOB = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
 
 
 class SmallConvNet(nn.Module):
@@ -79,12 +92,100 @@ def time_hook_methods(hook_list):
     return spent
 
 
+class _CpuSeconds:
+    """Wraps an iterator and records the CPU seconds of each ``next``."""
+
+    def __init__(self, iterator):
+        self.iterator, self.seconds = iterator, []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        start = time.process_time()
+        batch = next(self.iterator)
+        self.seconds.append(time.process_time() - start)
+        return batch
+
+
+class _Breakdown(HookBase):
+    """Records the CPU seconds of each loop iteration (hooks included) and, after every
+    `block` iterations, runs `block` model-only steps on `batch` and records theirs."""
+
+    def __init__(self, batch, block: int):
+        self.batch, self.block = batch, block
+        self.loop, self.model, self.loader, self._last = [], [], None, None
+
+    def before_step(self):
+        now = time.process_time()
+        if self._last is not None:
+            self.loop.append(now - self._last)
+        self._last = now
+        if self.loader is None:  # the trainer's own stream, measured from the first step on
+            inner = self.trainer._trainer
+            self.loader = inner._data_loader_iter_obj = _CpuSeconds(inner._data_loader_iter)
+
+    def after_step(self):
+        if (self.trainer.iter + 1) % self.block:
+            return
+        model, optimizer = self.trainer.model, self.trainer.optimizer
+        for _ in range(self.block):
+            start = time.process_time()
+            loss = sum(model(self.batch).values())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            self.model.append(time.process_time() - start)
+        self._last = None  # the next iteration's interval starts after the block
+
+
+class _NoFinalEval(DefaultTrainer):
+    @classmethod
+    def test(cls, cfg, model, evaluators=None, final=False):
+        return {}
+
+
+def main_job_breakdown(args) -> None:
+    """Print the CPU-second breakdown of a main-job iteration (see the module docstring)."""
+    from bench_model import make_batch
+
+    torch.set_num_threads(1)
+    logging.getLogger("reid_engine").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory() as output_dir:
+        cfg = get_cfg()
+        cfg.merge_from_file(MAIN_JOB)
+        cfg.DATASETS.ROOT, cfg.OUTPUT_DIR, cfg.DATALOADER.NUM_WORKERS = args.data_root, output_dir, 0
+        trainer = _NoFinalEval(cfg)
+        batch = make_batch(cfg.SOLVER.IMS_PER_BATCH, cfg.DATALOADER.NUM_INSTANCE, *cfg.INPUT.SIZE_TRAIN,
+                           torch.device("cpu"))
+        breakdown = _Breakdown(batch, block=4)
+        trainer.register_hooks([breakdown])
+        trainer._trainer._hooks = trainer._hooks
+        trainer.max_iter = 4 + args.iters
+        trainer.train()
+    skip = 3  # the first iterations: start-up
+    loop, loader = statistics.median(breakdown.loop[skip:]), statistics.median(breakdown.loader.seconds[skip:])
+    model = statistics.median(breakdown.model)
+    print(f"main job ({os.path.relpath(MAIN_JOB, REPO)}), batch {cfg.SOLVER.IMS_PER_BATCH}, 1 torch thread, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU seconds, medians of "
+          f"{len(breakdown.loop) - skip} loop iterations and {len(breakdown.model)} model-only steps")
+    print(f"loop iteration {loop:.4f} s = loader {loader:.4f} s ({100 * loader / model:.1f} % of the model step) "
+          f"+ model step and engine {loop - loader:.4f} s")
+    print(f"model-only step {model:.4f} s; engine (iteration - loader - model-only): {loop - loader - model:+.4f} s "
+          f"({100 * (loop - loader - model) / model:+.1f} % of the model step)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=300)
     parser.add_argument("--checkpoint-period", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--main-job", action="store_true", help="take apart a main-job iteration instead")
+    parser.add_argument("--data-root", default=os.path.join(REPO, "datasets"), help="with --main-job")
     args = parser.parse_args()
+    if args.main_job:
+        setup_logger(color=False)
+        return main_job_breakdown(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     setup_logger(color=False)

@@ -1,11 +1,18 @@
 #!/usr/bin/env python
-"""Benchmark the training loader: JPEG decode + BoT augmentations at 256x128.
+"""Benchmark the training loader: JPEG decode + augmentations, per image or batched on the device.
 
-Writes a Market-1501-style folder of small JPEGs (128x64 and 128x48, like Market's crops)
-into a temporary data root, then measures
+By default writes a Market-1501-style folder of small JPEGs (128x64 and 128x48, like Market's
+crops) into a temporary data root and uses the BoT input recipe at 256x128; ``--config`` takes
+a config file's inputs and data set instead (e.g. the main job's, with ``--data-root``). Then
+measures
 
-1. the per-sample pipeline (read_image + transforms) in this process, per stage;
-2. ``build_reid_train_loader`` with 0, 1, ... N loader workers (P x K batches of 64).
+1. the per-sample pipeline (read_image + transforms) in this process, per stage, for both
+   placements of flip / pad-crop / random erasing (INPUT.DEVICE_AUGMENT off: in the
+   per-image pipeline; on: the workers only decode and resize, and :class:`BatchAugmentation`
+   applies them to the batch on ``--device``, timed separately);
+2. ``build_reid_train_loader`` with 0, 1, ... N loader workers, each count with both
+   placements, in interleaved rounds (the batched placement includes the batch ops in the
+   main process, as the trainer runs them); medians over the rounds and their ratio.
 
 Images per second are given against wall time and against CPU time (the CPU seconds the
 decoding processes spent), since on a shared machine the wall rate reflects the load of
@@ -14,12 +21,15 @@ least 1,000 images/s per worker process.
 
 Usage:
     python tools/benchmarks/bench_train_loader.py [--images 3000] [--batches 40]
-        [--workers 0 1 2] [--keep DIR]
+        [--workers 0 1 2] [--rounds 3] [--keep DIR]
+    python tools/benchmarks/bench_train_loader.py --config configs/SyntheticReID/bagtricks_R18-half-ibn.yml \
+        --data-root datasets [--device cpu]
 """
 
 import argparse
 import logging
 import os
+import statistics
 import tempfile
 import time
 from typing import Dict, List
@@ -29,7 +39,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter
 
 from reid_engine.config import get_cfg
-from reid_engine.data import build_reid_train_loader, build_transforms, read_image
+from reid_engine.data import build_batch_augmentation, build_reid_train_loader, build_transforms, read_image
 from reid_engine.data.common import sample_rng
 
 TARGET_PER_WORKER = 1000.0
@@ -82,24 +92,68 @@ def bot_config(root: str, workers: int):
     return cfg
 
 
-def bench_pipeline(root: str, count: int) -> Dict[str, float]:
-    """Time read_image and each transform stage in this process; return images/s figures."""
+def with_placement(cfg, workers: int, batched: bool, device: str = "cpu"):
+    """A copy of ``cfg`` with ``workers`` loader workers and the three ops per image or batched."""
+    cfg = cfg.clone()
+    cfg.defrost()
+    cfg.DATALOADER.NUM_WORKERS = workers
+    cfg.INPUT.DEVICE_AUGMENT = "on" if batched else "off"
+    cfg.MODEL.DEVICE = device
+    return cfg
+
+
+def _train_paths(cfg, count: int) -> List[str]:
+    """``count`` training image paths of the config's data set (repeated when it has fewer)."""
+    items = build_reid_train_loader(with_placement(cfg, 0, False)).dataset.items
+    paths = [item[0] for item in items]
+    return (paths * (count // len(paths) + 1))[:count]
+
+
+def _rate(fn, count: int, step: int = 1):
+    """(images/s wall, images/s CPU) of calling ``fn(i)`` for i in range(0, count, step), each
+    call handling ``step`` images."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(0, count, step):
+        fn(i)
+    return count / (time.perf_counter() - wall), count / (time.process_time() - cpu)
+
+
+def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, tuple]:
+    """Time read_image and each transform stage in this process, per image and batched, in
+    ``rounds`` interleaved rounds; return ``{stage: (median images/s wall, images/s CPU)}``."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a loader worker
-    pipeline = build_transforms(bot_config(root, 0), is_train=True)
-    folder = os.path.join(root, "Market-1501-v15.09.15", "bounding_box_train")
-    paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
-    paths = (paths * (count // len(paths) + 1))[:count]
-    decoded = [read_image(p, pipeline.decode_size) for p in paths[:200]]
-    results = {}
-    for name, fn in (
-            ("decode only", lambda i: read_image(paths[i], pipeline.decode_size)),
-            ("augment only", lambda i: pipeline(decoded[i % len(decoded)], sample_rng(0, 0, i))),
-            ("decode + augment", lambda i: pipeline(read_image(paths[i], pipeline.decode_size),
-                                                    sample_rng(0, 0, i)))):
-        wall, cpu = time.perf_counter(), time.process_time()
-        for i in range(count):
-            fn(i)
-        results[name] = (count / (time.perf_counter() - wall), count / (time.process_time() - cpu))
+    per_image = build_transforms(with_placement(cfg, 0, False), is_train=True)
+    workers_only = build_transforms(with_placement(cfg, 0, True), is_train=True)
+    paths = _train_paths(cfg, count)
+    decoded = [read_image(p, per_image.decode_size) for p in paths[:200]]
+    stages = (
+        ("decode only", lambda i: read_image(paths[i], per_image.decode_size)),
+        ("augment only, per image", lambda i: per_image(decoded[i % len(decoded)], sample_rng(0, 0, i))),
+        ("augment only, batched", lambda i: workers_only(decoded[i % len(decoded)], sample_rng(0, 0, i))),
+        ("decode + augment, per image", lambda i: per_image(read_image(paths[i], per_image.decode_size),
+                                                           sample_rng(0, 0, i))),
+        ("decode + augment, batched", lambda i: workers_only(read_image(paths[i], workers_only.decode_size),
+                                                            sample_rng(0, 0, i))))
+    samples: Dict[str, List[tuple]] = {}
+    for _ in range(rounds):
+        for name, fn in stages:
+            samples.setdefault(name, []).append(_rate(fn, count))
+    results = {name: tuple(statistics.median(r[k] for r in rates) for k in range(2)) for name, rates in samples.items()}
+    torch.set_num_threads(threads)  # the batch ops run in the main process, with its threads
+    augment = build_batch_augmentation(with_placement(cfg, 0, True, device), device, seed=0)
+    if augment is not None:
+        batch_size = cfg.SOLVER.IMS_PER_BATCH
+        batch = torch.stack([workers_only(img, sample_rng(0, 0, i)) for i, img in enumerate(decoded)])
+        batch = batch[torch.arange(batch_size) % len(batch)].to(device)
+        augment.apply(batch)  # warm-up
+
+        def batch_ops(_):
+            augment.apply(batch)
+            if batch.device.type == "cuda":
+                torch.cuda.synchronize()
+        rates = [_rate(batch_ops, count - count % batch_size, batch_size) for _ in range(rounds)]
+        results[f"batch ops on {device} (main process)"] = tuple(statistics.median(r[k] for r in rates) for k in range(2))
     return results
 
 
@@ -119,31 +173,47 @@ def _children_cpu_seconds() -> float:
     return total
 
 
-def bench_loader(root: str, workers: int, batches: int) -> Dict[str, float]:
-    """Iterate ``batches`` batches after a warm-up batch; return throughput figures."""
-    loader = build_reid_train_loader(bot_config(root, workers))
+def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
+    """Iterate ``batches`` batches after a warm-up, applying the batch ops as the trainer does
+    (when the config moves them); return throughput figures."""
+    loader = build_reid_train_loader(cfg)
+    workers = cfg.DATALOADER.NUM_WORKERS
+    augment = build_batch_augmentation(cfg, device, seed=0)
     iterator = iter(loader)
     for _ in range(3):  # start-up: worker spawn and the first prefetches
         next(iterator)
     child_cpu, own_cpu = _children_cpu_seconds(), time.process_time()
     wall = time.perf_counter()
-    images = 0
+    images, augment_seconds = 0, 0.0
     for _ in range(batches):
-        images += len(next(iterator)["targets"])
+        batch = next(iterator)
+        if augment is not None:
+            start = time.perf_counter()
+            batch = augment(batch)
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            augment_seconds += time.perf_counter() - start
+        images += len(batch["targets"])
     wall = time.perf_counter() - wall
     decode_cpu = (_children_cpu_seconds() - child_cpu) if workers else \
         (time.process_time() - own_cpu)
     loader.close()
     return {"images/s": images / wall,
             "images/s per worker": images / wall / max(workers, 1),
-            "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan")}
+            "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan"),
+            "batch ops ms/batch": 1000 * augment_seconds / batches}
 
 
 def main(argv: List[str] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="", help="take inputs, batch and data set from this config file "
+                        "(default: the BoT recipe at 256x128 on written Market-like JPEGs)")
+    parser.add_argument("--data-root", default="datasets", help="DATASETS.ROOT with --config")
+    parser.add_argument("--device", default="cpu", help="where the batched ops run (cpu, cuda)")
     parser.add_argument("--images", type=int, default=3000, help="training images to write")
     parser.add_argument("--ids", type=int, default=300, help="identities")
     parser.add_argument("--batches", type=int, default=40, help="timed batches per loader run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every loader variant")
     parser.add_argument("--workers", type=int, nargs="+",
                         default=sorted({0, 1, 2, os.cpu_count() or 1}),
                         help="loader worker counts to measure")
@@ -152,24 +222,45 @@ def main(argv: List[str] = None) -> None:
     logging.basicConfig(level=logging.WARNING)
 
     with tempfile.TemporaryDirectory(prefix="bench_loader_") as tmp:
-        root = args.keep or tmp
-        if not os.path.isdir(os.path.join(root, "Market-1501-v15.09.15")):
-            print(f"writing {args.images} JPEGs (128x64 / 128x48) under {root} ...", flush=True)
-            write_market_like(root, args.images, args.ids)
+        if args.config:
+            cfg = get_cfg()
+            cfg.merge_from_file(args.config)
+            cfg.DATASETS.ROOT = args.data_root
+            recipe = f"{args.config}: {cfg.INPUT.SIZE_TRAIN[0]}x{cfg.INPUT.SIZE_TRAIN[1]}"
+        else:
+            root = args.keep or tmp
+            if not os.path.isdir(os.path.join(root, "Market-1501-v15.09.15")):
+                print(f"writing {args.images} JPEGs (128x64 / 128x48) under {root} ...", flush=True)
+                write_market_like(root, args.images, args.ids)
+            cfg = bot_config(root, 0)
+            recipe = "BoT: resize 256x128 bicubic"
+        moved = ", ".join(name for name, on in (("pad-crop", cfg.INPUT.PADDING.ENABLED), ("flip", cfg.INPUT.FLIP.ENABLED),
+                                                ("erasing", cfg.INPUT.REA.ENABLED)) if on)
         print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, "
               f"load average {os.getloadavg()[0]:.1f}")
-        print("\nper-sample pipeline in one process (BoT: resize 256x128 bicubic, flip, "
-              "pad 10 + crop, random erasing)")
-        for name, (wall, cpu) in bench_pipeline(root, min(args.images, 2000)).items():
-            print(f"  {name:18s} {wall:8.0f} images/s wall   {cpu:8.0f} images/CPU-s")
-        print(f"\ntrain loader, batches of 64 (16 ids x 4), {args.batches} timed batches")
-        print(f"  {'workers':>7s} {'images/s':>10s} {'per worker':>11s} {'per worker CPU-s':>17s}"
-              f" {'vs 1000/worker':>15s}")
-        for workers in args.workers:
-            r = bench_loader(root, workers, args.batches)
-            rate = r["images per worker CPU-s"]
-            print(f"  {workers:7d} {r['images/s']:10.0f} {r['images/s per worker']:11.0f} "
-                  f"{rate:17.0f} {rate / TARGET_PER_WORKER:14.2f}x", flush=True)
+        print(f"\nper-sample pipeline in one process ({recipe}; batched: {moved} on {args.device})")
+        for name, (wall, cpu) in bench_pipeline(cfg, min(args.images, 1000), args.device, args.rounds).items():
+            print(f"  {name:36s} {wall:8.0f} images/s wall   {cpu:8.0f} images/CPU-s")
+        print(f"\ntrain loader, batches of {cfg.SOLVER.IMS_PER_BATCH}, {args.batches} timed batches, "
+              f"{args.rounds} interleaved rounds (medians)")
+        runs: Dict[tuple, List[Dict[str, float]]] = {}
+        for _ in range(args.rounds):
+            for workers in args.workers:
+                for batched in (False, True):
+                    r = bench_loader(with_placement(cfg, workers, batched, args.device), args.batches, args.device)
+                    runs.setdefault((workers, batched), []).append(r)
+        print(f"  {'workers':>7s} {'placement':>10s} {'images/s':>10s} {'per worker':>11s} {'per worker CPU-s':>17s}"
+              f" {'vs 1000/worker':>15s} {'batch ops ms':>13s} {'batched/per image':>18s}")
+        for (workers, batched), results in runs.items():
+            median = {key: statistics.median(r[key] for r in results) for key in results[0]}
+            rate = median["images per worker CPU-s"]
+            ratio = ""
+            if batched:
+                per_image = statistics.median(r["images/s"] for r in runs[(workers, False)])
+                ratio = f"{median['images/s'] / per_image:17.2f}x"
+            print(f"  {workers:7d} {'batched' if batched else 'per image':>10s} {median['images/s']:10.0f} "
+                  f"{median['images/s per worker']:11.0f} {rate:17.0f} {rate / TARGET_PER_WORKER:14.2f}x "
+                  f"{median['batch ops ms/batch']:13.1f} {ratio}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,30 @@
 """``build_transforms``: the one reader of the ``INPUT.*`` config keys."""
 
 import logging
-from typing import List
+from typing import List, Optional, Tuple, Union
+
+import numpy as np
+import torch
 
 from reid_engine.config import ConfigError
+from reid_engine.utils.registry import UnknownChoiceError, check_choice
 
 from .autoaugment import AugMix, AutoAugment
 from .base import AugmentationPipeline, RandomApply, Transform
+from .batched import BatchAugmentation
 from .erasing import RandomErasing, RandomPatch
 from .geometric import CenterCrop, RandomAffine, RandomHorizontalFlip, RandomPadCrop, RandomResizedCrop, Resize
 from .photometric import ColorJitter
 
-__all__ = ["build_transforms"]
+__all__ = ["build_transforms", "build_batch_augmentation", "device_augment_enabled", "DEVICE_AUGMENT_CHOICES"]
 
 logger = logging.getLogger(__name__)
+
+#: INPUT.DEVICE_AUGMENT values
+DEVICE_AUGMENT_CHOICES = ("auto", "on", "off")
+#: per-image ops that come after pad-crop / flip and before random patch's batch op: with
+#: INPUT.DEVICE_AUGMENT on they would run before the moved ops, so ``auto`` keeps those per image
+_REORDERED = ("CJ", "AFFINE", "AUGMIX", "RPT")
 
 
 def _size(values, key: str):
@@ -23,8 +34,21 @@ def _size(values, key: str):
     return int(values[0]), int(values[1])
 
 
-def _train_ops(inp) -> List[Transform]:
-    """The per-image training ops in the order the ReID recipes apply them."""
+def _movable_ops(inp, size: Optional[Tuple[int, int]]):
+    """The ops INPUT.DEVICE_AUGMENT can move to the device: ``(pad_crop, flip, erasing)``, None when off.
+
+    ``size`` is the pad-crop's output size (None: the input size).
+    """
+    pad_crop = RandomPadCrop(inp.PADDING.SIZE, mode=inp.PADDING.MODE, size=size) if inp.PADDING.ENABLED else None
+    flip = RandomHorizontalFlip(p=inp.FLIP.PROB) if inp.FLIP.ENABLED else None
+    erasing = RandomErasing(p=inp.REA.PROB, scale=list(inp.REA.SCALE), ratio=list(inp.REA.RATIO),
+                            value=list(inp.REA.VALUE)) if inp.REA.ENABLED else None
+    return pad_crop, flip, erasing
+
+
+def _train_ops(inp, batched: bool) -> List[Transform]:
+    """The per-image training ops in the order the ReID recipes apply them; with ``batched``,
+    without pad-crop, flip and random erasing (the training device applies them to the batch)."""
     ops: List[Transform] = []
     size = _size(inp.SIZE_TRAIN, "INPUT.SIZE_TRAIN")
     if inp.AUTOAUG.ENABLED:
@@ -34,11 +58,8 @@ def _train_ops(inp) -> List[Transform]:
     if inp.CROP.ENABLED:
         size = _size(inp.CROP.SIZE, "INPUT.CROP.SIZE")
         ops.append(RandomResizedCrop(size, scale=inp.CROP.SCALE, ratio=inp.CROP.RATIO))
-    if inp.PADDING.ENABLED:
-        ops.append(RandomPadCrop(inp.PADDING.SIZE, mode=inp.PADDING.MODE,
-                                 size=size if size[0] > 0 else None))
-    if inp.FLIP.ENABLED:
-        ops.append(RandomHorizontalFlip(p=inp.FLIP.PROB))
+    pad_crop, flip, erasing = (None, None, None) if batched else _movable_ops(inp, size if size[0] > 0 else None)
+    ops += [op for op in (pad_crop, flip) if op is not None]
     if inp.CJ.ENABLED:
         ops.append(RandomApply(ColorJitter(inp.CJ.BRIGHTNESS, inp.CJ.CONTRAST,
                                            inp.CJ.SATURATION, inp.CJ.HUE), p=inp.CJ.PROB))
@@ -47,10 +68,90 @@ def _train_ops(inp) -> List[Transform]:
         ops.append(RandomAffine(degrees=10, translate=None, scale=(0.9, 1.1), shear=0.1))
     if inp.AUGMIX.ENABLED:
         ops.append(RandomApply(AugMix(), p=inp.AUGMIX.PROB))
-    if inp.REA.ENABLED:
-        ops.append(RandomErasing(p=inp.REA.PROB, scale=list(inp.REA.SCALE), ratio=list(inp.REA.RATIO),
-                                 value=list(inp.REA.VALUE)))
+    if erasing is not None:
+        ops.append(erasing)
     return ops
+
+
+def batched_op_names(cfg) -> Tuple[str, ...]:
+    """The enabled ops INPUT.DEVICE_AUGMENT moves: a subset of ("pad-crop", "flip", "erasing")."""
+    inp = cfg.INPUT
+    return tuple(name for name, on in (("pad-crop", inp.PADDING.ENABLED), ("flip", inp.FLIP.ENABLED),
+                                       ("erasing", inp.REA.ENABLED)) if on)
+
+
+def _reordered_keys(cfg) -> Tuple[str, ...]:
+    return tuple(f"INPUT.{key}" for key in _REORDERED if cfg.INPUT[key].ENABLED)
+
+
+def _device_type(name: Union[str, torch.device]) -> str:
+    """The device type a MODEL.DEVICE value names ("auto": cuda when available), without raising."""
+    text = str(name).strip().lower()
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if text.startswith("cuda") else "cpu"
+
+
+def device_augment_enabled(cfg, device: Union[str, torch.device, None] = None) -> bool:
+    """Whether pad-crop, flip and random erasing run batched on the device (INPUT.DEVICE_AUGMENT).
+
+    ``auto`` turns it on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled
+    (they would then run before the moved ops instead of after them); on the CPU the
+    per-image path stays (the batched ops measured no faster there: the README's loader figures).
+
+    Args:
+        cfg: the config (INPUT.*, MODEL.DEVICE).
+        device: the training device (default: the one MODEL.DEVICE names).
+    Returns:
+        True when the per-image training pipeline leaves these ops to :class:`BatchAugmentation`.
+    Raises:
+        UnknownChoiceError: INPUT.DEVICE_AUGMENT is not auto, on or off.
+    """
+    mode = check_choice(cfg.INPUT.DEVICE_AUGMENT, DEVICE_AUGMENT_CHOICES, "INPUT.DEVICE_AUGMENT")
+    if mode == "off" or not batched_op_names(cfg):
+        return False
+    if mode == "on":
+        return True
+    return _device_type(cfg.MODEL.DEVICE if device is None else device) == "cuda" and not _reordered_keys(cfg)
+
+
+def build_batch_augmentation(cfg, device: Union[str, torch.device], seed: int,
+                             rank: int = 0) -> Optional[BatchAugmentation]:
+    """Build the batched pad-crop / flip / random erasing of ``cfg.INPUT``, or None.
+
+    Logs one line saying where these ops run and why. The per-image pipeline that
+    :func:`build_transforms` builds from the same config leaves out exactly these ops.
+
+    Args:
+        cfg: the config (INPUT.*, MODEL.DEVICE).
+        device: the training device.
+        seed: the training stream seed (the loader's), mixed with ``rank``.
+        rank: the process rank (ranks augment their own shares differently).
+    Returns:
+        A :class:`BatchAugmentation`, or None when the per-image pipeline keeps these ops.
+    Raises:
+        ConfigError: a wrong INPUT value.
+    """
+    names, mode, device = batched_op_names(cfg), cfg.INPUT.DEVICE_AUGMENT, torch.device(device)
+    if not device_augment_enabled(cfg, device):
+        if names:
+            why = (f"{', '.join(_reordered_keys(cfg))} must run after them" if device.type == "cuda" else
+                   f"on {device.type} the batched ops are no faster")
+            logger.info("Augmentation: %s per image in the loader workers (INPUT.DEVICE_AUGMENT %s%s)",
+                        ", ".join(names), mode, f": {why}" if mode == "auto" else "")
+        return None
+    if _reordered_keys(cfg):
+        logger.warning("INPUT.DEVICE_AUGMENT on: %s now run before %s instead of after them; set it to off "
+                       "to keep the per-image order", ", ".join(_reordered_keys(cfg)), ", ".join(names))
+    try:
+        pad_crop, flip, erasing = _movable_ops(cfg.INPUT, None)
+    except ValueError as e:  # the ops check their own arguments; they name the INPUT key
+        raise ConfigError(f"{e}: fix that INPUT value") from e
+    words = np.random.SeedSequence([int(seed), int(rank), 4]).generate_state(2, dtype=np.uint32)
+    augment = BatchAugmentation(device, (int(words[0]) << 31) | (int(words[1]) >> 1), flip, pad_crop, erasing)
+    logger.info("Augmentation: %s batched on %s before the forward pass (INPUT.DEVICE_AUGMENT %s)",
+                ", ".join(names), device, mode)
+    return augment
 
 
 def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
@@ -59,19 +160,22 @@ def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
     Training: [AutoAugment] -> resize (bicubic) -> [random resized crop] -> [pad + random crop]
     -> [flip] -> [color jitter] -> [affine] -> [AugMix] -> uint8 tensor -> [random erasing];
     random patch, when enabled, is a batch op. Test: resize -> [centre crop to CROP.SIZE].
+    With INPUT.DEVICE_AUGMENT on (:func:`device_augment_enabled`), pad + crop, flip and random
+    erasing are left out: :func:`build_batch_augmentation` applies them on the training device.
 
     Args:
         cfg: the config (only ``cfg.INPUT`` is read).
         is_train: training pipeline (random) or test pipeline (deterministic).
     Raises:
         ConfigError: a wrong INPUT value (the op's message, naming the key).
+        UnknownChoiceError: INPUT.DEVICE_AUGMENT is not auto, on or off.
     Returns:
         An :class:`AugmentationPipeline` mapping a PIL image (and an rng) to a (3, H, W)
         uint8 tensor with values 0..255.
     """
     try:
         return _build_pipeline(cfg, is_train)
-    except ConfigError:
+    except (ConfigError, UnknownChoiceError):
         raise
     except ValueError as e:  # the ops check their own arguments; they name the INPUT key
         raise ConfigError(f"{e}: fix that INPUT value") from e
@@ -82,7 +186,7 @@ def _build_pipeline(cfg, is_train: bool) -> AugmentationPipeline:
     inp = cfg.INPUT
     batch_ops: List[Transform] = []
     if is_train:
-        ops = _train_ops(inp)
+        ops = _train_ops(inp, batched=device_augment_enabled(cfg))
         if inp.RPT.ENABLED:
             batch_ops.append(RandomPatch(p=inp.RPT.PROB))
         resize_to = _size(inp.SIZE_TRAIN, "INPUT.SIZE_TRAIN")

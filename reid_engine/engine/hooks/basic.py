@@ -1,11 +1,12 @@
 """Hooks that keep the loop going: callbacks, iteration timing, periodic writers and LR scheduling."""
 import datetime
+import itertools
 import logging
+import time
 from collections import Counter
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
-from fvcore.common.timer import Timer
 
 from ...utils.events import EventWriter
 from ..train_loop import HookBase
@@ -53,60 +54,126 @@ class CallbackHook(HookBase):
             self._after_step(self.trainer)
 
 
+def _training_device(trainer) -> Optional[torch.device]:
+    """The device of the trainer's model (its first parameter or buffer), None without one."""
+    model = getattr(trainer, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        return None
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return None
+
+
+def synchronize_device(device: Optional[torch.device]) -> bool:
+    """Wait for the work queued on an asynchronous device (a GPU).
+
+    Args:
+        device: the training device; None or a CPU device waits for nothing.
+
+    Returns:
+        True when the device runs asynchronously (it was synchronised), False on the CPU.
+    """
+    if device is None or device.type == "cpu":
+        return False
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    else:
+        getattr(torch, device.type).synchronize()
+    return True
+
+
 class IterationTimer(HookBase):
     """Time each step (written as ``time`` after ``warmup_iter`` steps) and log the
     training speed and the time spent in hooks at the end. Register it first, so its
     step timer covers the step itself and its after_step runs before the other hooks'.
+
+    Honest on an asynchronous device (a GPU) without slowing the steady-state step: the
+    device is synchronised only every ``sync_period`` steps (the writers' period), at the
+    first timed step and at the last one; each step since the previous synchronisation is
+    then written with the mean step time of that span, which includes the device work the
+    host had only queued. On the CPU nothing waits and each step gets its own time.
+
+    Warm-up steps (the first ``warmup_iter`` ones, and any step whose ``run_step`` set
+    ``trainer.warmup_step``: compilation, graph capture) are left out of ``time``, of the
+    ETA that the writers derive from it and of the overall speed, which names them.
     """
 
-    def __init__(self, warmup_iter: int = TIMER_WARMUP_ITERS):
+    def __init__(self, warmup_iter: int = TIMER_WARMUP_ITERS, sync_period: int = 20):
         """
         Args:
             warmup_iter: number of first steps left out of the timing.
+            sync_period: steps between device synchronisations; use the writers' period.
         """
         self._warmup_iter = warmup_iter
-        self._step_timer = Timer()
-        self._train_timer = Timer()  # wall time since warm-up ended
-        self._steps_timer = Timer()  # time inside steps since warm-up ended (paused in hooks)
-        self._timed_iters = 0
+        self._sync_period = max(1, int(sync_period))
+        self._device: Optional[torch.device] = None
+        self._pending: List[Tuple[int, float]] = []  # (iteration, host seconds) since the last sync
+        self._step_start = self._train_start = self._timed_start = 0.0
+        self._timed_iters = self._warmup_iters = 0
+        self._in_steps = self._warmup_seconds = self._late_warmup_seconds = 0.0
         self.total_time: float = 0.0
         self.hook_time: float = 0.0
 
     def before_train(self):
-        self._timed_iters = 0
-        self._train_timer.reset()
-        self._steps_timer.reset()
-        self._steps_timer.pause()
+        self._device = _training_device(self.trainer)
+        self._pending = []
+        self._timed_iters = self._warmup_iters = 0
+        self._in_steps = self._warmup_seconds = self._late_warmup_seconds = 0.0
+        self._train_start = self._timed_start = time.perf_counter()
 
     def before_step(self):
-        self._step_timer.reset()
-        self._steps_timer.resume()
+        self._step_start = time.perf_counter()
 
     def after_step(self):
-        self._steps_timer.pause()
-        done = self.trainer.iter - self.trainer.start_iter + 1
-        if done > self._warmup_iter:
-            self.trainer.storage.put_scalar("time", self._step_timer.seconds())
-            self._timed_iters += 1
-        else:
-            # Warm-up (first CUDA calls, worker start-up) is excluded from both totals.
-            self._train_timer.reset()
-            self._steps_timer.reset()
-            self._steps_timer.pause()
+        it = self.trainer.iter
+        done = it - self.trainer.start_iter + 1
+        first_steps = done <= self._warmup_iter
+        warmup = first_steps or bool(getattr(self.trainer, "warmup_step", False))
+        # Warm-up steps sync too, so that their queued work does not land in a timed step.
+        boundary = (warmup or done == self._warmup_iter + 1 or (it + 1) % self._sync_period == 0
+                    or it == self.trainer.max_iter - 1)
+        synced = synchronize_device(self._device) if boundary else False
+        now = time.perf_counter()
+        seconds = now - self._step_start
+        if warmup:
+            self._warmup_iters += 1
+            self._warmup_seconds += seconds
+            if first_steps:
+                self._timed_start = now  # the totals start after the first warm-up steps
+            else:
+                self._late_warmup_seconds += seconds
+            self._write_pending(synced)
+            return
+        self._pending.append((it, seconds))
+        self._in_steps += seconds
+        self._timed_iters += 1
+        if boundary:
+            self._write_pending(synced)
+
+    def _write_pending(self, synced: bool) -> None:
+        """Write ``time`` for the steps since the last synchronisation: their mean after a
+        synchronisation of an asynchronous device, else each step's own time."""
+        pending, self._pending = self._pending, []
+        if synced and pending:
+            mean = sum(s for _, s in pending) / len(pending)
+            pending = [(it, mean) for it, _ in pending]
+        for it, seconds in pending:
+            self.trainer.storage.put_scalar("time", seconds, iteration=it)
 
     def after_train(self):
-        if not self._steps_timer.is_paused():  # a step raised before after_step
-            self._steps_timer.pause()
-        total = self._train_timer.seconds()
-        in_steps = self._steps_timer.seconds()
+        self._write_pending(False)  # a step raised: what was timed before it, unsynchronised
+        now = time.perf_counter()
+        total = now - self._timed_start - self._late_warmup_seconds
         # Kept for benchmarks and callers: seconds since warm-up, and the part spent in hooks.
-        self.total_time, self.hook_time = total, total - in_steps
-        if self._timed_iters > 0 and in_steps > 0:
+        self.total_time, self.hook_time = total, total - self._in_steps
+        if self._timed_iters > 0 and self._in_steps > 0:
             logger.info(
-                f"Overall training speed: {self._timed_iters} iterations in {_hms(in_steps)} "
-                f"({in_steps / self._timed_iters:.4f} s / it)"
+                f"Overall training speed: {self._timed_iters} iterations in {_hms(self._in_steps)} "
+                f"({self._in_steps / self._timed_iters:.4f} s / it), excluding {self._warmup_iters} warm-up "
+                f"iterations (start-up, compilation: {self._warmup_seconds:.1f} s)"
             )
-        logger.info(f"Total training time: {_hms(total)} ({_hms(total - in_steps)} on hooks)")
+        all_hooks = now - self._train_start - self._in_steps - self._warmup_seconds
+        logger.info(f"Total training time: {_hms(now - self._train_start)} ({_hms(all_hooks)} on hooks)")
 
 
 class PeriodicWriter(HookBase):
