@@ -23,6 +23,7 @@ from ..evaluation import (
     print_csv_format,
 )
 from ..modeling import build_model
+from ..modeling.compile import normalize_compile_mode
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
@@ -30,6 +31,7 @@ from ..utils.env import resolve_device
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from . import hooks
+from .compile_guard import CompileGuard
 from .rank_vis import write_rank_vis
 from .setup import default_argument_parser, default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
@@ -104,6 +106,11 @@ class DefaultTrainer(TrainerBase):
         if cfg.SOLVER.AMP.ENABLED:
             trainer_kwargs["precision"] = cfg.SOLVER.AMP.DTYPE
         self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
+        # Runs the compiled steps: auto falls back to eager on a compile error, a recompile storm or
+        # a compiled step slower than eager; an explicit MODEL.COMPILE mode fails in one line instead.
+        self.compile_guard = CompileGuard(model, getattr(comm.unwrap_model(model), "compile_mode", "off"),
+                                          explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto")
+        self._trainer.compile_guard = self.compile_guard
 
         self.iters_per_epoch = self.compute_iters_per_epoch(cfg, len(data_loader.dataset))
         self.scheduler = self.build_lr_scheduler(cfg, optimizer, self.iters_per_epoch)
@@ -208,7 +215,7 @@ class DefaultTrainer(TrainerBase):
                                        + ": look at the evaluation above, or change the expectation")
 
     def build_hooks(self) -> List[hooks.HookBase]:
-        """The default hooks, in order: timer, LR scheduler, EMA teacher, PreciseBN, LayerFreeze,
+        """The default hooks, in order: timer, LR scheduler, compile guard, EMA teacher, PreciseBN, LayerFreeze,
         evaluation, best checkpoint, writers, periodic checkpoints, preemption (SIGTERM / SIGUSR1
         / SIGINT: checkpoint and stop).
 
@@ -222,7 +229,8 @@ class DefaultTrainer(TrainerBase):
         cfg = self.cfg.clone()
         cfg.defrost()
         ipe = self.iters_per_epoch
-        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler()]
+        ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler(),
+                                               self.compile_guard]
         if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 
@@ -240,7 +248,8 @@ class DefaultTrainer(TrainerBase):
 
         def test_and_save_results():
             final = self.iter >= self.max_iter  # EvalHook.after_train of a completed run
-            self._last_eval_results = self.test(self.cfg, self.model, final=final)
+            # Under auto a compile error in evaluation falls back to eager and evaluates again.
+            self._last_eval_results = self.compile_guard.evaluate(lambda: self.test(self.cfg, self.model, final=final))
             return self._last_eval_results
 
         eval_period = cfg.TEST.EVAL_PERIOD * ipe

@@ -284,6 +284,8 @@ class SimpleTrainer(TrainerBase):
         # (iteration, device tensor of the loss values, data time) per step since the last flush
         self._staged: List[tuple] = []
         self._loss_names: Optional[List[str]] = None
+        # Runs the steps of a compiled model (engine/compile_guard.py); None: steps run directly.
+        self.compile_guard = None
 
     @property
     def _data_loader_iter(self):
@@ -311,7 +313,19 @@ class SimpleTrainer(TrainerBase):
         data_time = time.perf_counter() - start
         if self.batch_augment is not None:
             data = self.batch_augment(data)
+        if self.compile_guard is None:
+            self.train_on_batch(data, data_time)
+        else:  # it may redo a failed compiled step eagerly on the same batch
+            self.compile_guard.run_step(lambda: self.train_on_batch(data, data_time))
+        if (self.iter + 1) % self.gather_metric_period == 0:
+            self.flush_metrics()
 
+    def train_on_batch(self, data, data_time: float) -> None:
+        """Forward, backward and optimizer step on one fetched batch; its losses are staged.
+
+        Safe to call again on the same batch when it raised before the optimizer step (the
+        gradients are zeroed before the backward pass, and a redone step replaces its staged losses).
+        """
         if self.zero_grad_before_forward:
             self.optimizer.zero_grad()
         with self._autocast():
@@ -327,8 +341,6 @@ class SimpleTrainer(TrainerBase):
         self._backward(losses)
         self.after_backward()
         self._optimizer_step()
-        if (self.iter + 1) % self.gather_metric_period == 0:
-            self.flush_metrics()
 
     def _stage_metrics(self, loss_dict: Mapping[str, torch.Tensor], data_time: float) -> None:
         """Keep this step's loss values on the device (no host synchronisation)."""
@@ -336,7 +348,10 @@ class SimpleTrainer(TrainerBase):
         if self._loss_names is not None and names != self._loss_names:
             self.flush_metrics()  # the model changed its losses: write what was staged under the old names
         self._loss_names = names
+        # stack copies: the staged values outlive the step (CUDA graphs overwrite the model's outputs)
         values = torch.stack([v.detach().float().reshape(()) for v in loss_dict.values()])
+        if self._staged and self._staged[-1][0] == self.iter:  # the step was redone (CompileGuard)
+            self._staged.pop()
         self._staged.append((self.iter, values, data_time))
 
     def flush_metrics(self, prefix: str = "") -> None:

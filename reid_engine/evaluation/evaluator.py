@@ -9,8 +9,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 from tabulate import tabulate
+from torch.utils._pytree import tree_map_only
 
 from reid_engine.utils import comm
+from reid_engine.utils.compiled import is_compiled, kept_output, mark_step_begin
 from reid_engine.utils.errors import ReidUserError
 from reid_engine.utils.logger import log_every_n_seconds
 
@@ -125,7 +127,42 @@ def flip_averaged(model, inputs):
     else:
         flipped = dict(inputs)
         flipped["images"] = inputs["images"].flip(-1)
-    return (model(inputs) + model(flipped)) / 2
+    first = kept_output(model, model(inputs))  # CUDA graphs would overwrite it with the second call's
+    mark_step_begin(model)
+    return (first + model(flipped)) / 2
+
+
+def _padded(inputs, size: int):
+    """The batch with its last sample repeated up to `size` samples (tensors of the batch's length only)."""
+    def pad(value):
+        if not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[0] != length:
+            return value
+        return torch.cat([value, value[-1:].expand(size - length, *value.shape[1:])])
+
+    length = int((inputs if isinstance(inputs, torch.Tensor) else inputs["images"]).shape[0])
+    return pad(inputs) if isinstance(inputs, torch.Tensor) else {k: pad(v) for k, v in inputs.items()}
+
+
+def _features(model, inputs, flip_test: bool, full_size: int) -> torch.Tensor:
+    """The model's features of one evaluation batch.
+
+    A compiled model gets every batch at the first batch's size: the last, partial batch is
+    padded (its last image repeated) and the padding's features dropped. Evaluation is per
+    image (BatchNorm uses its running statistics), so padding changes no feature, while a
+    batch of another size would compile the model again (a dynamic shape) and, under CUDA
+    graphs, record one more graph. Outputs are cloned where CUDA graphs would overwrite them.
+    """
+    size = int(inputs["images"].shape[0])
+    padded = is_compiled(model) and size < full_size
+    if padded:
+        inputs = _padded(inputs, full_size)
+    mark_step_begin(model)
+    outputs = flip_averaged(model, inputs) if flip_test else model(inputs)
+
+    def trim(tensor):  # also inside a custom model's tuple / dict outputs
+        return kept_output(model, tensor[:size] if padded and tensor.dim() and tensor.shape[0] == full_size else tensor)
+
+    return trim(outputs) if isinstance(outputs, torch.Tensor) else tree_map_only(torch.Tensor, trim, outputs)
 
 
 def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluator], flip_test: bool = False,
@@ -156,7 +193,7 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
     if evaluator is not None:
         evaluator.reset()
     warmup = min(_WARMUP_BATCHES, total - 1) if total else 0
-    images = 0
+    images = full_size = 0
     start_time = time.perf_counter()
     timed_start, timed_images, compute_time = start_time, 0, 0.0
     with inference_context(model), torch.no_grad():
@@ -164,8 +201,9 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
             if idx == warmup:
                 timed_start, timed_images, compute_time = time.perf_counter(), 0, 0.0
             batch_size = int(inputs["images"].shape[0])
+            full_size = max(full_size, batch_size)  # the first batch's, unless a later one is larger
             compute_start = time.perf_counter()
-            outputs = flip_averaged(model, inputs) if flip_test else model(inputs)
+            outputs = _features(model, inputs, flip_test, full_size)
             _synchronize_device(model)
             compute_time += time.perf_counter() - compute_start
             if evaluator is not None:

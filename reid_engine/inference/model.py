@@ -6,6 +6,7 @@ from torch import nn
 
 from ..config import CfgNode
 from ..modeling import build_model
+from ..modeling.compile import normalize_compile_mode
 from ..utils.checkpoint import Checkpointer, load_checkpoint_file
 
 __all__ = [
@@ -45,9 +46,11 @@ def checkpoint_num_classes(path: str) -> Optional[int]:
 def inference_config(cfg: CfgNode) -> CfgNode:
     """Return a frozen copy of `cfg` fit for building an inference model.
 
-    MODEL.BACKBONE.PRETRAIN is switched off (the weights come from MODEL.WEIGHTS), and
-    a MODEL.HEADS.NUM_CLASSES of 0 is filled from the checkpoint's classifier (so the
-    whole checkpoint loads without shape warnings), else with a placeholder.
+    MODEL.BACKBONE.PRETRAIN is switched off (the weights come from MODEL.WEIGHTS), a
+    MODEL.HEADS.NUM_CLASSES of 0 is filled from the checkpoint's classifier (so the
+    whole checkpoint loads without shape warnings), else with a placeholder, and MODEL.COMPILE
+    auto becomes off: auto chooses for training, where its guard can fall back; a single
+    evaluation pass would pay the compilation without that guard (an explicit mode is kept).
 
     Args:
         cfg: the user's config (not modified).
@@ -57,6 +60,8 @@ def inference_config(cfg: CfgNode) -> CfgNode:
     cfg = cfg.clone()
     cfg.defrost()
     cfg.MODEL.BACKBONE.PRETRAIN = False
+    if normalize_compile_mode(cfg.MODEL.COMPILE) == "auto":
+        cfg.MODEL.COMPILE = "off"
     if cfg.MODEL.HEADS.NUM_CLASSES <= 0:
         found = checkpoint_num_classes(cfg.MODEL.WEIGHTS) if cfg.MODEL.WEIGHTS else None
         cfg.MODEL.HEADS.NUM_CLASSES = found or PLACEHOLDER_NUM_CLASSES
@@ -70,9 +75,14 @@ def build_inference_model(cfg: CfgNode) -> nn.Module:
     Args:
         cfg: the config (MODEL.* and INPUT.SIZE_TEST are read by the model builder).
     Returns:
-        the model on MODEL.DEVICE, in eval mode, without gradients.
+        the model on MODEL.DEVICE, in eval mode, without gradients, eager (MODEL.COMPILE is not applied).
     """
-    cfg = inference_config(cfg)
+    cfg = inference_config(cfg).clone()
+    cfg.defrost()
+    # Eager: exporters trace this model (torch.onnx, TorchScript), which must not run through
+    # torch.compile, and a served model's calls come one batch at a time, of any size.
+    cfg.MODEL.COMPILE = "off"
+    cfg.freeze()
     model = build_model(cfg)
     if cfg.MODEL.WEIGHTS:
         Checkpointer(model).load(cfg.MODEL.WEIGHTS, checkpointables=[])

@@ -9,14 +9,18 @@ a compiled step slower than eager), while an explicit mode never falls back.
 A meta architecture that must not run compiled under ``auto`` says why in its class
 attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).
 """
+import contextlib
+import os
 from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
+from reid_engine.utils.comm import unwrap_model
 from reid_engine.utils.registry import check_choice
 
-__all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model"]
+__all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model",
+           "uncompile_model", "eager_calls", "inductor_cache_dir"]
 
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
@@ -77,7 +81,56 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.
     if mode in ("auto", "off"):
         raise ValueError(f"compile_model needs a torch.compile mode, got {mode!r}")
     if backend == "inductor":
+        inductor_cache_dir()
         model.compile(mode=None if mode == "default" else mode)
     else:
         model.compile(backend=backend)
     return model
+
+
+def inductor_cache_dir() -> str:
+    """Where inductor keeps its caches (FX graphs, AOTAutograd, autotuning, Triton kernels).
+
+    TORCHINDUCTOR_CACHE_DIR when the user set it; else ``$XDG_CACHE_HOME/reid_engine/inductor``
+    (``~/.cache/reid_engine/inductor``), set for this process and its workers, instead of
+    torch's default under /tmp, which a reboot or a fresh container empties. A second run of
+    the same model and shapes then loads its compiled graphs instead of compiling them again.
+
+    Returns:
+        the cache directory.
+    """
+    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(root, "reid_engine", "inductor")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+def uncompile_model(model: nn.Module) -> None:
+    """Turn a model compiled in place back to eager for good (the weights are shared).
+
+    Args:
+        model: the model, DDP-wrapped or not; its ``compile_mode`` becomes "off".
+    """
+    inner = unwrap_model(model)
+    inner._compiled_call_impl = None  # what nn.Module.compile set; __call__ then runs forward eagerly
+    inner.compile_mode = "off"
+
+
+@contextlib.contextmanager
+def eager_calls(model: nn.Module):
+    """Run the model's calls eagerly inside the block, compiled again after it.
+
+    For work that would only add graphs to a compiled model: PreciseBN's forward passes
+    without gradients and with another BatchNorm momentum, or timing eager steps.
+
+    Args:
+        model: the model, DDP-wrapped or not (a no-op when it is not compiled).
+    """
+    inner = unwrap_model(model)
+    compiled = getattr(inner, "_compiled_call_impl", None)
+    inner._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        if getattr(inner, "compile_mode", None) != "off":  # unless it was turned to eager for good meanwhile
+            inner._compiled_call_impl = compiled

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from reid_engine.engine.launch import _find_free_port, default_dist_url, launch
+from reid_engine.modeling.compile import compile_model, uncompile_model
 from reid_engine.utils import comm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,9 +32,22 @@ def _toy_batch(rank):
     return torch.randn(BATCH, 3, generator=gen), torch.randn(BATCH, 1, generator=gen)
 
 
-def _train(model, batches):
+class _ToyNet(torch.nn.Module):
+    """The toy model in a module of its own: torch.compile traces user modules, not torch.nn's."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = _toy_model()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def _train(model, batches, after_step=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    for _ in range(STEPS):
+    for step in range(STEPS):
+        if after_step is not None and step:
+            after_step(step - 1)
         for x, y in batches:
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -46,9 +60,15 @@ def ddp_train_main(out_dir):
     rank = comm.get_rank()
     model = torch.nn.parallel.DistributedDataParallel(_toy_model())
     _train(model, [_toy_batch(rank)])
+    # The same in place compiled (MODEL.COMPILE default, eager backend), then turned back to eager
+    # after the first step as CompileGuard does (no collective: each worker alone).
+    compiled = torch.nn.parallel.DistributedDataParallel(compile_model(_ToyNet(), "default", backend="eager"))
+    _train(compiled, [_toy_batch(rank)], after_step=lambda step: uncompile_model(compiled) if step == 0 else None)
     torch.save(
         {
             "state": model.module.state_dict(),
+            "compiled_state": compiled.module.state_dict(),
+            "compiles": len(torch._dynamo.utils.get_compilation_metrics()),
             "world_size": comm.get_world_size(),
             "local_rank": comm.get_local_rank(),
             "local_size": comm.get_local_size(),
@@ -132,7 +152,7 @@ def test_occupied_default_port_is_a_clear_error():
 
 
 @pytest.mark.slow
-def test_ddp_two_gloo_workers_end_with_equal_weights(tmp_path):
+def test_ddp_two_gloo_workers_end_with_equal_weights_eager_and_compiled(tmp_path):
     launch(ddp_train_main, 2, dist_url="auto", args=(str(tmp_path),), backend="gloo")
     results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     assert [r["world_size"] for r in results] == [2, 2]
@@ -148,6 +168,9 @@ def test_ddp_two_gloo_workers_end_with_equal_weights(tmp_path):
         torch.testing.assert_close(results[0]["state"][key], results[1]["state"][key], rtol=0, atol=0)
         torch.testing.assert_close(results[0]["state"][key], ref)
         assert not torch.equal(ref, initial[key])
+        for result in results:  # compiled for a step, then eager: the same DDP training
+            torch.testing.assert_close(result["compiled_state"][f"net.{key}"], ref)
+    assert all(r["compiles"] >= 1 for r in results)
 
 
 @pytest.mark.slow

@@ -32,6 +32,16 @@ def test_bench_train_gpu_runs_the_trainer_loop_on_the_cpu(bench_module, data_roo
     assert model_ips > 0 and trainer_ips > 0, out
 
 
+def test_bench_train_gpu_variants_name_their_compile_mode(bench_module):
+    bench = bench_module("bench_train_gpu")
+    mode = bench.variant_compile_mode
+    assert mode("bf16+cl".split("+")) == "off" and mode("bf16+cl+compile".split("+")) == "default"
+    assert mode("bf16+cl+compile:reduce-overhead".split("+")) == "reduce-overhead"
+    assert mode("fp32+compile:max-autotune".split("+")) == "max-autotune" and mode("bf16+auto".split("+")) == "auto"
+    with pytest.raises(SystemExit, match="more than one compile mode"):
+        mode("bf16+auto+compile".split("+"))
+
+
 def test_bench_train_loader_compares_per_image_and_batched_augmentation(bench_module, data_root, capsys):
     bench = bench_module("bench_train_loader")
     bench.main(["--config", os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml"), "--data-root", data_root,

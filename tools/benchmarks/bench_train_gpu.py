@@ -11,12 +11,18 @@ images/s and the peak GPU memory of:
   logging, loss staging), timed over --iters iterations after --warmup;
 - loader: the training data loader alone (decode, augment, collate), no model.
 Variants: fp32, fp16, bf16 (SOLVER.AMP.DTYPE), +cl (MODEL.CHANNELS_LAST on), +compile
-(MODEL.COMPILE). Throughput is measured over the whole timed window with one device
-synchronisation at each end, never per step.
+(MODEL.COMPILE default), +compile:MODE (any MODEL.COMPILE mode: reduce-overhead = CUDA graphs,
+max-autotune, max-autotune-no-cudagraphs, auto), +auto (MODEL.COMPILE auto, the default);
+without one of these the variant runs eager. The table names the compile mode each trainer
+run used and, under auto, whether and why it fell back to eager. Throughput is measured over
+the whole timed window with one device synchronisation at each end, never per step; under
+compile, --warmup must cover the compilation (and, for auto, its 12 guarded first steps).
 
 Examples:
     python tools/benchmarks/bench_train_gpu.py                               # on a CUDA machine
     python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile --iters 200
+    python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile:reduce-overhead \
+        bf16+cl+compile:max-autotune bf16+cl+auto --iters 200 --warmup 40
     python tools/benchmarks/bench_train_gpu.py --device cpu --depth 18x --size 64 32 --batch 16 \
         --iters 4 --warmup 1 --variants fp32 bf16       # a smoke run on a CPU
 (tests/tools/test_benchmarks.py runs it on SyntheticReIDTiny in the suite, so that it cannot
@@ -36,7 +42,9 @@ from reid_engine.config import get_cfg
 from reid_engine.data import build_reid_train_loader
 from reid_engine.engine import DefaultTrainer
 from reid_engine.engine.train_loop import HookBase, resolve_amp_dtype
+from reid_engine.modeling.compile import normalize_compile_mode
 from reid_engine.solver import build_optimizer
+from reid_engine.utils.compiled import mark_step_begin
 from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,7 +60,8 @@ def variant_config(args, variant: str, output_dir: str):
     cfg.MODEL.BACKBONE.DEPTH = args.depth
     cfg.MODEL.BACKBONE.PRETRAIN = False
     cfg.MODEL.CHANNELS_LAST = "on" if "cl" in parts else "off"
-    cfg.MODEL.COMPILE = "default" if "compile" in parts else "off"
+    cfg.MODEL.COMPILE = variant_compile_mode(parts)
+    cfg.MODEL.COMPILE_BACKEND = args.compile_backend
     cfg.SOLVER.AMP.ENABLED = parts[0] != "fp32"
     cfg.SOLVER.AMP.DTYPE = {"fp16": "float16", "bf16": "bfloat16"}.get(parts[0], "auto")
     cfg.SOLVER.IMS_PER_BATCH = args.batch
@@ -66,6 +75,15 @@ def variant_config(args, variant: str, output_dir: str):
     cfg.OUTPUT_DIR = output_dir
     cfg.SEED = 0
     return cfg
+
+
+def variant_compile_mode(parts) -> str:
+    """MODEL.COMPILE of a variant's parts: compile -> default, compile:MODE -> MODE, auto -> auto, else off."""
+    modes = [p.split(":", 1)[1] if ":" in p else "default" for p in parts if p.startswith("compile")]
+    modes += ["auto" for p in parts if p == "auto"]
+    if len(modes) > 1:
+        raise SystemExit(f"variant {'+'.join(parts)!r} names more than one compile mode: {modes}")
+    return normalize_compile_mode(modes[0]) if modes else "off"
 
 
 def _sync(device: torch.device) -> None:
@@ -98,6 +116,7 @@ def bench_model_step(cfg, args, num_classes: int) -> tuple:
         if step == args.warmup:
             _sync(device)
             start = time.perf_counter()
+        mark_step_begin(model)  # CUDA graphs: a new step (as CompileGuard does in the trainer)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = sum(model(batch).values())
         optimizer.zero_grad(set_to_none=True)
@@ -138,8 +157,16 @@ class _TrainOnlyTrainer(DefaultTrainer):
         return {}
 
 
+def compile_outcome(trainer) -> str:
+    """The compile mode a trainer ran with, and auto's fallback with its reason."""
+    guard = trainer.compile_guard
+    if guard.mode == "off":
+        return "eager"
+    return f"{guard.mode} -> eager ({guard.reason})" if guard.fell_back else guard.mode
+
+
 def bench_trainer(cfg, args) -> tuple:
-    """(images/s, peak GB, number of classes) of the full DefaultTrainer loop."""
+    """(images/s, peak GB, number of classes, compile outcome) of the full DefaultTrainer loop."""
     trainer = _TrainOnlyTrainer(cfg)
     trainer.max_iter = args.warmup + args.iters
     window = _Window(args.warmup, trainer.model.device if hasattr(trainer.model, "device") else torch.device(args.device))
@@ -147,7 +174,7 @@ def bench_trainer(cfg, args) -> tuple:
     trainer._trainer._hooks = trainer._hooks
     trainer.train()
     num_classes = trainer.cfg.MODEL.HEADS.NUM_CLASSES
-    return args.batch * args.iters / window.seconds, _peak_gb(window.device), num_classes
+    return args.batch * args.iters / window.seconds, _peak_gb(window.device), num_classes, compile_outcome(trainer)
 
 
 def bench_loader(cfg, args) -> float:
@@ -175,6 +202,7 @@ def main(argv=None):
     parser.add_argument("--iters", type=int, default=100, help="timed iterations")
     parser.add_argument("--warmup", type=int, default=20, help="untimed iterations first")
     parser.add_argument("--skip-loader", action="store_true")
+    parser.add_argument("--compile-backend", default="inductor", help="MODEL.COMPILE_BACKEND of the compile variants")
     args = parser.parse_args(argv)
     setup_logger()
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
@@ -184,18 +212,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as out:
         for variant in args.variants:
             cfg = variant_config(args, variant, os.path.join(out, variant))
-            trainer_ips, trainer_gb, num_classes = bench_trainer(cfg, args)
+            trainer_ips, trainer_gb, num_classes, compiled = bench_trainer(cfg, args)
             model_ips, model_gb = bench_model_step(cfg, args, num_classes)
-            rows.append((variant, model_ips, model_gb, trainer_ips, trainer_gb))
+            rows.append((variant, model_ips, model_gb, trainer_ips, trainer_gb, compiled))
             print(f"{variant}: model {model_ips:.0f} img/s ({model_gb:.2f} GB), "
-                  f"trainer {trainer_ips:.0f} img/s ({trainer_gb:.2f} GB)", flush=True)
+                  f"trainer {trainer_ips:.0f} img/s ({trainer_gb:.2f} GB), compile: {compiled}", flush=True)
         loader_ips = None if args.skip_loader else bench_loader(variant_config(args, "fp32", out), args)
     print()
-    print("| variant | model-only img/s | peak GB | trainer loop img/s | peak GB | trainer / model |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for variant, model_ips, model_gb, trainer_ips, trainer_gb in rows:
+    print("| variant | model-only img/s | peak GB | trainer loop img/s | peak GB | trainer / model | compile |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for variant, model_ips, model_gb, trainer_ips, trainer_gb, compiled in rows:
         print(f"| {variant} | {model_ips:.0f} | {model_gb:.2f} | {trainer_ips:.0f} | {trainer_gb:.2f} | "
-              f"{trainer_ips / model_ips:.2f} |")
+              f"{trainer_ips / model_ips:.2f} | {compiled} |")
     if loader_ips is not None:
         print(f"\nloader alone: {loader_ips:.0f} img/s ({args.workers} workers)"
               + (f"; median trainer rate {statistics.median(r[3] for r in rows):.0f} img/s" if rows else ""))

@@ -6,6 +6,7 @@ from typing import Iterable, Sequence
 from fvcore.nn.precise_bn import get_bn_modules, update_bn_stats
 from torch import nn
 
+from ...modeling.compile import eager_calls
 from ...utils.comm import unwrap_model
 from ...utils.events import EventStorage
 from ..train_loop import HookBase
@@ -61,8 +62,17 @@ class PreciseBN(HookBase):
             return
         logger.info(f"Running precise-BN for {self._num_iter} batches (statistics vary between runs)")
         # The model may write metrics in training mode: keep them out of the trainer's storage.
-        with EventStorage():
+        # A compiled model runs these passes eagerly: without gradients and with BatchNorm's
+        # momentum at 1 they would each add a graph (recompilations, CUDA graphs recorded once).
+        buffers = [(bn, bn.running_mean, bn.running_var) for bn in get_bn_modules(self._model)]
+        with EventStorage(), eager_calls(self._model):
             update_bn_stats(self._model, self._batches(), self._num_iter)
+        # fvcore assigns new tensors; copy them into the old ones, whose addresses CUDA graphs
+        # recorded (a new address would make them record the graph again).
+        for bn, mean, var in buffers:
+            mean.copy_(bn.running_mean)
+            var.copy_(bn.running_var)
+            bn.running_mean, bn.running_var = mean, var
 
 
 def _matches_prefix(name: str, prefixes: Sequence[str]) -> bool:

@@ -8,7 +8,7 @@ from torch import nn
 from reid_engine.utils.env import resolve_device
 from reid_engine.utils.registry import Registry, check_choice
 
-from ..compile import COMPILE_BACKENDS, compile_model, normalize_compile_mode, resolve_compile_mode
+from ..compile import COMPILE_BACKENDS, compile_model, inductor_cache_dir, normalize_compile_mode, resolve_compile_mode
 from .summary import log_model_summary
 
 __all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config", "use_channels_last", "CHANNELS_LAST_CHOICES"]
@@ -73,8 +73,10 @@ def build_model(cfg) -> nn.Module:
     model.compile_mode = mode
     logger.info("Built %s on %s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
                 time.perf_counter() - start)
-    logger.info("Compile: %s (%s)", "eager" if mode == "off" else f"torch.compile mode {mode}, backend "
-                f"{cfg.MODEL.COMPILE_BACKEND}", reason)
+    backend = cfg.MODEL.COMPILE_BACKEND
+    cache = f", cache {inductor_cache_dir()}" if backend == "inductor" else ""
+    logger.info("Compile: %s (%s)", "eager" if mode == "off" else f"torch.compile mode {mode}, backend {backend}{cache}",
+                reason)
     return model
 
 
