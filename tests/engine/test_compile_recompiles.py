@@ -46,6 +46,8 @@ _TINY = [
 _RESNET = ["MODEL.BACKBONE.DEPTH", "tiny", "MODEL.BACKBONE.WIDTH_MULT", 0.25]
 # SBS recipes: the freeze ends at iteration 3, the cosine decay starts after epoch 1
 _SBS = ["SOLVER.FREEZE_ITERS", 3, "SOLVER.DELAY_EPOCHS", 1]
+# The other SBS-based recipes without the freeze (SBS proves its recompile; each costs a compile)
+_SBS_NO_FREEZE = ["SOLVER.FREEZE_ITERS", 0, "SOLVER.DELAY_EPOCHS", 1]
 _TINY_TEACHER = """_BASE_: {base}
 MODEL:
   BACKBONE: {{DEPTH: tiny, WIDTH_MULT: 0.25, WITH_NL: False, PRETRAIN: False}}
@@ -58,11 +60,11 @@ FAMILIES = {
     # the freeze ends at iteration 3 and the cosine decay starts at epoch 1
     "sbs": ("configs/Market1501/sbs_R50.yml", _RESNET + _SBS),
     # 96 rows: b3's map keeps 6 rows, enough for its 3 stripes
-    "mgn": ("configs/Market1501/mgn_R50-ibn.yml", _RESNET + _SBS + [
+    "mgn": ("configs/Market1501/mgn_R50-ibn.yml", _RESNET + _SBS_NO_FREEZE + [
         "INPUT.SIZE_TRAIN", "[96, 32]", "INPUT.SIZE_TEST", "[96, 32]"]),
     "moco": ("configs/Market1501/bagtricks_R50_moco.yml", _RESNET + ["MODEL.QUEUE_SIZE", 64]),
-    "kd": ("configs/Market1501/kd-sbs_R101-ibn-sbs_R34.yml", _RESNET + _SBS),
-    "kd-ema": ("configs/Market1501/kd-ema_sbs_R34.yml", _RESNET + _SBS),
+    "kd": ("configs/Market1501/kd-sbs_R101-ibn-sbs_R34.yml", _RESNET + _SBS_NO_FREEZE),
+    "kd-ema": ("configs/Market1501/kd-ema_sbs_R34.yml", _RESNET + _SBS_NO_FREEZE),
     "transreid": ("configs/Market1501/transreid_vit.yml", [
         "MODEL.BACKBONE.DEPTH", "tiny", "MODEL.JPM.NUM_PARTS", 2, "SOLVER.CLIP_GRADIENTS.ENABLED", True]),
     "video": ("configs/SyntheticReID/video_bagtricks_R18_quick.yml", _RESNET + [
