@@ -5,6 +5,7 @@ and of 2 rows); the layout and golden tests build the R50-ibn model of
 configs/Market1501/mgn_R50-ibn.yml without running it at full size.
 """
 import json
+import operator
 import os
 
 import pytest
@@ -111,6 +112,26 @@ def test_stripes_are_torch_chunks_top_to_bottom():
     assert [s.shape[2] for s in horizontal_stripes(rows, 2)] == [8, 8]
     with pytest.raises(ConfigError, match="cannot cut a feature map of 4 rows into 3 stripes.*INPUT.SIZE_TRAIN"):
         horizontal_stripes(rows[:, :, :4], 3)
+
+
+@pytest.mark.parametrize("height", [16, 7])
+def test_stripes_match_torch_chunk_and_stay_static_under_dynamic_shapes(height):
+    x = torch.rand(2, 3, height, 5)
+    assert all(torch.equal(a, b) for a, b in zip(horizontal_stripes(x, 3), torch.chunk(x, 3, dim=2), strict=True))
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    stripe_sums = torch.compile(lambda t: [s.sum(dim=(2, 3)) for s in horizontal_stripes(t, 3)], backend=capture,
+                                dynamic=True)
+    stripe_sums(x)
+    stripe_sums(torch.rand(4, 3, height, 7))  # other batch and width: same graph
+    rows = [n.meta["example_value"].shape[2] for n in graphs[0].graph.nodes
+            if n.op == "call_function" and n.target is operator.getitem and isinstance(n.meta.get("example_value"), torch.Tensor)]
+    assert len(graphs) == 1 and len(rows) == 3 and all(type(r) is int for r in rows), rows  # constants, not symbols
 
 
 def test_eval_feature_concatenates_the_eight_heads_in_fastreids_order(model):

@@ -42,7 +42,8 @@ def test_queue_wraps_around(batch_size):
     assert torch.allclose(initial.norm(dim=0), torch.ones(size))  # random unit columns
     batches = [_batch(i, batch_size) for i in range(steps)]
     for i, (feats, labels) in enumerate(batches):
-        assert queue.enqueue(feats, labels) == (i * batch_size) % size  # this worker's first column
+        first = (i * batch_size) % size
+        assert queue.enqueue(feats, labels).tolist() == list(range(first, first + batch_size))  # this worker's columns
         assert int(queue.queue_ptr) == ((i + 1) * batch_size) % size
     # Column c belongs to slot c // b; it holds the newest batch written to that slot.
     slots = size // batch_size

@@ -275,6 +275,14 @@ class Distiller(Baseline):
         # The student's state_dict has the Baseline keys of the EMA teacher (teachers are not in it).
         self.teacher_set.update_ema(self)
 
+    def __call__(self, *args, **kwargs):
+        # The first training call: the EMA teacher starts as the student (after MODEL.WEIGHTS is
+        # loaded). Done here, before the (in place) compiled forward: a Python flag read inside
+        # forward is a torch.compile guard that recompiles once when it flips.
+        if self.training and self.teacher_set.has_ema and not self.teacher_set.ema_initialized:
+            self.update_ema_teacher()
+        return super().__call__(*args, **kwargs)
+
     def _apply(self, fn, *args, **kwargs):
         # .to() / .cuda() / .half() / channels_last reach the unregistered teachers too.
         super()._apply(fn, *args, **kwargs)
@@ -286,8 +294,6 @@ class Distiller(Baseline):
         """Training: the student's losses plus ``loss_jsdiv``; eval: the student's features (B, D)."""
         if not self.training:
             return super().forward(batch)
-        if self.teacher_set.has_ema and not self.teacher_set.ema_initialized:
-            self.update_ema_teacher()  # the first step: the EMA teacher starts as the student
         # One normalisation for student and teachers, as in fast-reid (the teachers' own
         # PIXEL_MEAN / PIXEL_STD are not applied).
         images = self.preprocess_image(batch)

@@ -9,6 +9,7 @@ is seen whole by ``b2_head`` and as 2 horizontal stripes by ``b21_head``/``b22_h
 b3's whole by ``b3_head`` and as 3 stripes by ``b31_head``..``b33_head``.
 """
 import copy
+import operator
 from typing import Callable, Dict, Mapping, Sequence, Tuple, Union
 
 import torch
@@ -63,15 +64,19 @@ def horizontal_stripes(feature_map: torch.Tensor, count: int) -> Tuple[torch.Ten
 
     The stripes are torch.chunk's (fast-reid's): ceil(H / count) rows each, the last one
     the rest, e.g. 16 rows -> 6, 6, 4 (so fast-reid's checkpoints see the same stripes).
+    The height is taken with operator.index, which torch.compile specialises (a constant of
+    the graph, guarded): the stripes keep static sizes when other dimensions are dynamic
+    (inductor failed to decide size tests on products of symbolic stripe heights).
 
     Raises:
         ConfigError: H gives fewer than `count` stripes (the input images are too small).
     """
-    stripes = torch.chunk(feature_map, count, dim=2)
-    if len(stripes) != count:
-        raise ConfigError(f"MGN cannot cut a feature map of {feature_map.shape[2]} rows into {count} "
+    rows = operator.index(feature_map.shape[2])
+    step = -(-rows // count)  # torch.chunk's ceil(H / count)
+    if (count - 1) * step >= rows:
+        raise ConfigError(f"MGN cannot cut a feature map of {rows} rows into {count} "
                           "stripes; use taller images (INPUT.SIZE_TRAIN / INPUT.SIZE_TEST, e.g. 256x128 or 384x128)")
-    return stripes
+    return tuple(feature_map[:, :, start:min(start + step, rows)] for start in range(0, count * step, step))
 
 
 def stride_one_copy(stage: nn.Module) -> nn.Module:

@@ -79,15 +79,20 @@ class FeatureQueue(nn.Module):
         self.register_buffer("queue_ptr", torch.zeros(1, dtype=torch.long))
 
     @torch.no_grad()
-    def enqueue(self, features: torch.Tensor, labels: torch.Tensor) -> int:
+    def enqueue(self, features: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Write every worker's features and labels (rank order) at the pointer and advance it.
+
+        The pointer stays a tensor and the write is an index_copy_, so under torch.compile no
+        Python number of the position reaches the graph (no graph break, no guard that
+        recompiles when the position moves); the queue's own storage receives copies, so
+        nothing it holds aliases a (CUDA-graph) output of the step.
 
         Args:
             features: (B, D) L2-normalised features of this worker (same B on every worker).
             labels: (B,) their labels.
 
         Returns:
-            the column where this worker's first feature was written.
+            (B,) the columns where this worker's features were written.
         """
         features = gather_with_local_grad(features.detach().to(self.queue.dtype))
         labels = gather_with_local_grad(labels.detach().to(self.queue_label.dtype))
@@ -95,11 +100,12 @@ class FeatureQueue(nn.Module):
         if self.size % batch:
             raise ValueError(f"the queue holds {self.size} features, not a multiple of the {batch} enqueued per "
                              "step; set MODEL.QUEUE_SIZE to a multiple of SOLVER.IMS_PER_BATCH")
-        start = int(self.queue_ptr)
-        self.queue[:, start:start + batch] = features.t()
-        self.queue_label[0, start:start + batch] = labels
-        self.queue_ptr[0] = (start + batch) % self.size
-        return start + comm.get_rank() * (batch // comm.get_world_size())
+        columns = self.queue_ptr + torch.arange(batch, device=self.queue_ptr.device)
+        self.queue.index_copy_(1, columns, features.t())
+        self.queue_label.index_copy_(1, columns, labels.view(1, -1))
+        self.queue_ptr.copy_((self.queue_ptr + batch) % self.size)
+        local = batch // comm.get_world_size()
+        return columns[comm.get_rank() * local:(comm.get_rank() + 1) * local]
 
     def forward(self, features: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Enqueue the batch, then return its CosFace loss against the whole queue (the fresh
@@ -110,8 +116,7 @@ class FeatureQueue(nn.Module):
             targets: (B,) labels.
         """
         features = F.normalize(features.float(), dim=1)
-        first = self.enqueue(features, targets)
-        self_columns = torch.arange(first, first + features.shape[0], device=features.device)
+        self_columns = self.enqueue(features, targets)
         return memory_cosface_loss(features, targets, self.queue, self.queue_label[0], self_columns)
 
 

@@ -52,11 +52,14 @@ class VideoBaseline(Baseline):
         """Pooled backbone maps (B, C, h, w) of (B, T, C, H, W) tracklets."""
         b, t = images.shape[:2]
         frames = self.preprocess_image(images.flatten(0, 1))
-        if self.training:
-            maps = self.backbone(frames)
-        else:
-            maps = torch.cat([self.backbone(chunk) for chunk in frames.split(EVAL_FRAME_CHUNK)])
+        maps = self.backbone(frames) if self.training else self._eval_frame_maps(frames)
         return self.temporal_pool(maps.unflatten(0, (b, t)))
+
+    @torch.compiler.disable
+    def _eval_frame_maps(self, frames: torch.Tensor) -> torch.Tensor:
+        # Eager even in a compiled model: evaluation tracklets come in every length (TEST.SAMPLE_METHOD
+        # all), and each length (and chunk count) would compile, and record a CUDA graph, of its own.
+        return torch.cat([self.backbone(chunk) for chunk in frames.split(EVAL_FRAME_CHUNK)])
 
     def forward(self, batch: Union[Mapping[str, torch.Tensor], torch.Tensor]
                 ) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
