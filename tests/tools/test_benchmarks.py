@@ -30,3 +30,12 @@ def test_bench_train_gpu_runs_the_trainer_loop_on_the_cpu(bench_module, data_roo
     row = next(line for line in out.splitlines() if line.startswith("| fp32 |"))
     model_ips, trainer_ips = float(row.split("|")[2]), float(row.split("|")[4])
     assert model_ips > 0 and trainer_ips > 0, out
+
+
+@pytest.mark.slow
+def test_bench_clustering_prints_time_memory_and_quality(bench_module, capsys):
+    bench = bench_module("bench_clustering")
+    bench.main(["--num", "400", "--ids", "16", "--dim", "32", "--threads", "1"])
+    out = capsys.readouterr().out
+    for figure in ("jaccard_distance_graph", "dbscan_pseudo_labels", "total:", "peak RSS", "NMI"):
+        assert figure in out, out
