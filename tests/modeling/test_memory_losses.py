@@ -1,15 +1,14 @@
 """ClusterMemory and CameraProxyMemory against hand computations; their updates, state and workers."""
 import math
-import os
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn import functional as F
 
 from reid_engine.modeling.losses import CameraProxyMemory, ClusterMemory
+
+from ._helpers import run_loss_on_two_workers
 
 
 def _unit(*rows):
@@ -180,32 +179,21 @@ def test_camera_proxy_state_dict_resizes_and_errors_are_clear():
 
 # ---- across workers ---------------------------------------------------------------------------
 
-def _memory_worker(rank, init_file, feats, targets, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        memory = ClusterMemory(3, momentum=0.3)
-        memory.reset(CENTROIDS)
-        local = feats.chunk(2)[rank].clone().requires_grad_()
-        loss = memory(local, targets.chunk(2)[rank])
-        loss.backward()
-        torch.save({"loss": loss.detach(), "memory": memory.features}, os.path.join(out_dir, f"{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+def _memory_loss(local, targets):
+    memory = ClusterMemory(3, momentum=0.3)
+    memory.reset(CENTROIDS)
+    return memory(local, targets), memory
 
 
 def test_cluster_memory_workers_update_with_the_whole_batch(tmp_path):
     feats = torch.randn(6, 3, generator=torch.Generator().manual_seed(3))
     targets = torch.tensor([0, 1, 0, 2, 0, 1])
-    start_method = "spawn" if torch.cuda.is_initialized() else "fork"
-    mp.start_processes(_memory_worker, nprocs=2, join=True, start_method=start_method,
-                       args=(str(tmp_path / "init"), feats, targets, str(tmp_path)))
+    results = run_loss_on_two_workers(_memory_loss, feats, targets, tmp_path)
     whole = ClusterMemory(3, momentum=0.3)
     whole.reset(CENTROIDS)
     whole(feats.clone().requires_grad_(), targets).backward()
-    for rank in range(2):
-        result = torch.load(tmp_path / f"{rank}.pt")
-        np.testing.assert_allclose(result["memory"].numpy(), whole.features.numpy(), atol=1e-6)
+    for rank, result in enumerate(results):
+        np.testing.assert_allclose(result["state"]["features"].numpy(), whole.features.numpy(), atol=1e-6)
         local = ClusterMemory(3)
         local.reset(CENTROIDS)
         assert result["loss"].item() == pytest.approx(local(feats.chunk(2)[rank], targets.chunk(2)[rank]).item(), rel=1e-6)
