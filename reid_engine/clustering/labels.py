@@ -26,13 +26,16 @@ def dbscan_pseudo_labels(graph: scipy.sparse.csr_matrix, eps: float, min_samples
         0..C-1 in the order of their first item.
     """
     from sklearn.cluster import DBSCAN  # scikit-learn is imported only where clustering runs
+    from sklearn.neighbors import sort_graph_by_row_values
 
     if not scipy.sparse.issparse(graph) or graph.shape[0] != graph.shape[1]:
         raise ValueError(f"dbscan_pseudo_labels needs a square sparse distance graph, got {type(graph).__name__} "
                          f"of shape {getattr(graph, 'shape', None)}")
     if eps <= 0 or min_samples < 1:
         raise ValueError(f"DBSCAN needs eps > 0 and min_samples >= 1, got eps={eps}, min_samples={min_samples}")
-    raw = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed").fit_predict(graph.tocsr())
+    # scikit-learn wants each row sorted by distance; sorting here spares its warning (and a second copy).
+    graph = sort_graph_by_row_values(graph.tocsr(), copy=True, warn_when_not_sorted=False)
+    raw = DBSCAN(eps=eps, min_samples=min_samples, metric="precomputed").fit_predict(graph)
     labels = np.full(raw.shape, -1, dtype=np.int64)
     clustered = raw >= 0
     # np.unique's first indices give each cluster's first item; rank the clusters by them.
