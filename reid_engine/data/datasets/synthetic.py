@@ -68,9 +68,10 @@ class SyntheticReIDShifted(SyntheticReID):
     - other identities: its own seed (26) draws other people (none of SyntheticReID's);
     - another clothing palette (pinks, mints, lavenders, rust, ... no color of SyntheticReID's);
     - other cameras: 8 instead of 6, other viewpoints (people mostly face the camera:
-      front probability 0.6-0.95 instead of 0.25-0.75) and distances (smaller people);
-    - other lighting and casts: darker (brightness 0.45-0.85 instead of 0.7-1.15), a warm
-      cast over the whole network and twice the per-camera cast;
+      front probability 0.6-0.95 instead of 0.25-0.75) and distances (people 0.8-0.95
+      of the size instead of 0.9-1.05);
+    - other lighting and casts: darker (brightness 0.55-0.9 instead of 0.7-1.15) and a warm
+      cast over the whole network (red +0.12, blue -0.15) on top of each camera's own;
     - other backgrounds: darker, greener scenes.
 
     Args:

@@ -123,11 +123,11 @@ TINY_SPEC = SyntheticSpec(num_train_ids=24, num_test_ids=16, num_cameras=3, cams
                           images_per_cam=(2, 3), num_distractors=10, palette_size=6)
 # SyntheticReIDShifted: another camera network in another city. Its own seed draws other
 # people (SyntheticReID's identities never appear), dressed from another palette, seen by
-# 8 cameras (instead of 6) in darker, greener scenes under warm, strongly cast light,
-# mostly from the front and from further away.
+# 8 cameras (instead of 6) in darker, greener scenes under warm light, mostly from the
+# front and from further away.
 SHIFTED_SPEC = SyntheticSpec(num_cameras=8, cams_per_id=(2, 5), seed=26, cloth_palette="shifted",
-                             scene_palette="shifted", brightness=(0.45, 0.85), cast_strength=0.3,
-                             cast_bias=(0.2, 0.05, -0.25), front_prob=(0.6, 0.95), camera_scale=(0.72, 0.9))
+                             scene_palette="shifted", brightness=(0.55, 0.9), cast_bias=(0.12, 0.03, -0.15),
+                             front_prob=(0.6, 0.95), camera_scale=(0.8, 0.95))
 SHIFTED_TINY_SPEC = dataclasses.replace(SHIFTED_SPEC, num_train_ids=24, num_test_ids=16, num_cameras=4,
                                         cams_per_id=(2, 3), images_per_cam=(2, 3), num_distractors=10,
                                         palette_size=6)
