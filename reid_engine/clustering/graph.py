@@ -42,15 +42,15 @@ def jaccard_distance_graph(features: torch.Tensor, k1: int = 30, k2: int = 6, ma
     n = feats.shape[0]
     indptr = np.zeros(n + 1, dtype=np.int64)
     indices, data = [], []
-    for start, block in iter_jaccard_distance(feats, k1, k2, metric=metric, chunk_size=chunk_size):
-        rows = torch.arange(start, start + block.shape[0], device=block.device)
-        block[torch.arange(block.shape[0], device=block.device), rows] = 0.0  # a point is at 0 from itself
-        keep = block < max_distance
-        keep[torch.arange(block.shape[0], device=block.device), rows] = True
-        r, c = keep.nonzero(as_tuple=True)  # row-major: sorted rows, sorted columns within a row
+    for start, (r, c, dist) in iter_jaccard_distance(feats, k1, k2, metric=metric, chunk_size=chunk_size, pairs=True):
+        diagonal = r + start == c
+        dist[diagonal] = 0.0  # a point is at 0 from itself (the float sums may leave an ulp)
+        keep = (dist < max_distance) | diagonal
+        r, c = r[keep], c[keep]  # row-major: sorted rows, sorted columns within a row
         indices.append(c.cpu().numpy().astype(np.int32))  # N < 2^31: half the memory of int64
-        data.append(block[r, c].cpu().numpy().astype(np.float32))
-        indptr[start + 1:start + block.shape[0] + 1] = torch.bincount(r, minlength=block.shape[0]).cpu().numpy()
+        data.append(dist[keep].cpu().numpy().astype(np.float32))
+        counts = torch.bincount(r, minlength=int(r.max()) + 1 if r.numel() else 0).cpu().numpy()
+        indptr[start + 1:start + 1 + counts.size] = counts
     np.cumsum(indptr, out=indptr)
     indices_arr = np.concatenate(indices) if indices else np.zeros(0, dtype=np.int32)
     data_arr = np.concatenate(data) if data else np.zeros(0, dtype=np.float32)

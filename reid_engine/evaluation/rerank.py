@@ -133,19 +133,30 @@ def _build_v(feats, term, row_max, neighbours, k1: int, k2: int, metric: str, ch
     return _sparse_rows_unique(qe_rows, v_cols[entry], n, v_vals[entry] / k2)
 
 
-def _jaccard_block(q_rows, q_cols, q_vals, g_index, num_rows: int, first_row: int, num_gallery: int, q_sum, g_sum):
-    """Jaccard distances of a block of query rows to every gallery item (step 6)."""
+def _jaccard_block(q_rows, q_cols, q_vals, g_index, num_rows: int, first_row: int, num_gallery: int, q_sum, g_sum,
+                   pairs: bool = False):
+    """Jaccard distances of a block of query rows to every gallery item (step 6).
+
+    Returns the dense (rows, gallery) block, or with ``pairs`` only the pairs that share a
+    column of V (the others are at distance 1) as ``(rows, cols, distances)``, row-major.
+    """
     col_start, col_count, g_items, g_vals = g_index
     device = q_vals.device
     lengths = col_count[q_cols]
     # One repeat (the V entry each visited pair comes from), then gathers: cheaper than a repeat per quantity.
+    # index_select, not x[idx]: advanced indexing is several times slower on the CPU.
     source = torch.repeat_interleave(torch.arange(q_cols.numel(), device=device), lengths)
     entry = torch.arange(source.numel(), device=device)
-    entry += (col_start[q_cols] - (torch.cumsum(lengths, 0) - lengths))[source]  # position within the column's list
-    mins = torch.minimum(q_vals[source], g_vals[entry])
+    entry += (col_start[q_cols] - (torch.cumsum(lengths, 0) - lengths)).index_select(0, source)  # within its column
+    mins = torch.minimum(q_vals.index_select(0, source), g_vals.index_select(0, entry))
+    target = ((q_rows - first_row) * num_gallery).index_select(0, source).add_(g_items.index_select(0, entry))
     inter = torch.zeros(num_rows * num_gallery, dtype=q_vals.dtype, device=device)
-    inter.index_add_(0, (q_rows - first_row)[source] * num_gallery + g_items[entry], mins)
+    inter.index_add_(0, target, mins)
     inter = inter.view(num_rows, num_gallery)
+    if pairs:
+        rows, cols = inter.nonzero(as_tuple=True)
+        shared = inter[rows, cols]
+        return rows, cols, 1.0 - shared / (q_sum[rows] + g_sum[cols] - shared)
     union = (q_sum.unsqueeze(1) + g_sum.unsqueeze(0)).sub_(inter)  # sum(max) = sum(a) + sum(b) - sum(min)
     return inter.div_(union).neg_().add_(1.0)  # 1 - inter / union, in place
 
@@ -177,8 +188,12 @@ def _pool_v(feats: torch.Tensor, k1: int, k2: int, metric: str, chunk: int):
     return feats_t, term, row_max, v_rows, v_cols, v_vals
 
 
-def _iter_jaccard(v_rows, v_cols, v_vals, num_query: int, gallery_offset: int, num_items: int, max_rows: int):
+def _iter_jaccard(v_rows, v_cols, v_vals, num_query: int, gallery_offset: int, num_items: int, max_rows: int,
+                  pairs: bool = False):
     """Yield ``(start, stop, jaccard)``: Jaccard distances of query rows ``[start, stop)`` to every gallery item.
+
+    ``jaccard`` is a dense block, or with ``pairs`` the ``(rows, cols, distances)`` of
+    :func:`_jaccard_block` (rows relative to ``start``).
 
     The query items are the V rows ``< num_query``; the gallery items the rows
     ``>= gallery_offset`` (0 when the pool is compared with itself). A block holds at
@@ -207,7 +222,7 @@ def _iter_jaccard(v_rows, v_cols, v_vals, num_query: int, gallery_offset: int, n
         stop = start + max(1, int((budget <= _JACCARD_PAIRS).sum()))
         lo, hi = int(q_bounds[start]), int(q_bounds[stop])
         yield start, stop, _jaccard_block(q_rows[lo:hi], q_cols[lo:hi], q_vals[lo:hi], g_index, stop - start, start,
-                                          num_gallery, row_sum[start:stop], g_sum)
+                                          num_gallery, row_sum[start:stop], g_sum, pairs)
         start = stop
 
 
@@ -241,8 +256,8 @@ def iter_rerank_chunks(query, gallery, k1: int = 20, k2: int = 6, lambda_value: 
 
 
 def iter_jaccard_distance(features, k1: int = 20, k2: int = 6, metric: str = "cosine",
-                          chunk_size: Optional[int] = None) -> Iterator[Tuple[int, torch.Tensor]]:
-    """Yield ``(start_row, jaccard)`` blocks of the k-reciprocal Jaccard distance of a pool to itself.
+                          chunk_size: Optional[int] = None, *, pairs: bool = False) -> Iterator[Tuple[int, object]]:
+    """Yield blocks of the k-reciprocal Jaccard distance of a pool to itself, one block of rows at a time.
 
     The Jaccard term of re-ranking (steps 1-6, the same machinery and bounded memory as
     :func:`iter_rerank_chunks`) with every item both query and gallery: what
@@ -253,9 +268,13 @@ def iter_jaccard_distance(features, k1: int = 20, k2: int = 6, metric: str = "co
         k1, k2: the k-reciprocal set size and the local expansion size.
         metric: base distance, "cosine" or "euclidean" (squared L2).
         chunk_size: rows per distance block (default: about 2^24 elements per block).
+        pairs: yield only the pairs closer than 1 (sparse) instead of dense blocks; it
+            skips the dense arithmetic over every pair, most of the work on a large pool.
 
     Yields:
-        (int, torch.Tensor): the first row and its (C, N) float32 Jaccard distances.
+        ``(start_row, jaccard)``: the (C, N) float32 distances of rows ``start_row ...``; with
+        ``pairs``, ``(start_row, (rows, cols, distances))``, rows relative to ``start_row``,
+        in row-major order (the diagonal, at 0, included).
     """
     if k1 < 1 or k2 < 1:
         raise ValueError(f"k-reciprocal Jaccard distances need k1 >= 1 and k2 >= 1, got {k1}, {k2}")
@@ -263,7 +282,8 @@ def iter_jaccard_distance(features, k1: int = 20, k2: int = 6, metric: str = "co
     n = feats.shape[0]
     chunk = chunk_size or default_chunk_size(n)
     _, _, _, v_rows, v_cols, v_vals = _pool_v(feats, k1, k2, metric, chunk)
-    for start, _, jaccard in _iter_jaccard(v_rows, v_cols, v_vals, n, 0, n, max(1, min(chunk, default_chunk_size(n)))):
+    max_rows = max(1, min(chunk, default_chunk_size(n)))
+    for start, _, jaccard in _iter_jaccard(v_rows, v_cols, v_vals, n, 0, n, max_rows, pairs):
         yield start, jaccard
 
 
