@@ -9,7 +9,7 @@ from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from reid_engine.clustering import cluster_centroids, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
-from reid_engine.evaluation import compute_distance_matrix
+from reid_engine.evaluation import compute_distance_matrix, iter_jaccard_distance
 from tests.evaluation.reference import dense_jaccard, dense_v
 
 
@@ -48,6 +48,15 @@ def test_graph_equals_dense_jaccard_of_the_reference(seed, k1, k2, metric, dupli
     stored[np.repeat(np.arange(48), np.diff(graph.indptr)), graph.indices] = True
     np.testing.assert_array_equal(stored, (expected < 1.0 - 1e-6) | np.eye(48, dtype=bool))
     assert (graph.diagonal() == 0).all()
+
+
+def test_dense_jaccard_blocks_equal_the_reference():
+    feats, _ = _clustered(4, duplicates=True)
+    expected = _dense_reference(feats, 8, 3, "cosine")
+    unit = torch.nn.functional.normalize(feats, dim=1)
+    blocks = list(iter_jaccard_distance(unit, k1=8, k2=3, chunk_size=7))
+    assert [start for start, _ in blocks] == sorted(start for start, _ in blocks) and blocks[0][0] == 0
+    np.testing.assert_allclose(torch.cat([b for _, b in blocks]).numpy(), expected, atol=2e-6)
 
 
 def test_graph_max_distance_keeps_only_closer_pairs():
