@@ -2,6 +2,7 @@
 
     reid-make-synthetic --root datasets                     # the default benchmark
     reid-make-synthetic --root /tmp/d --tiny                # SyntheticReIDTiny
+    reid-make-synthetic --root datasets --shifted           # SyntheticReIDShifted (domain-shifted)
     reid-make-synthetic --contact-sheet /tmp/sheet.png --no-write
     reid-make-synthetic --root /tmp/d --train-ids 100 --test-ids 100 --force
 
@@ -15,6 +16,7 @@ import time
 from typing import List, Optional
 
 from ..data.datasets import DEFAULT_SPEC, TINY_SPEC, ensure_synthetic_reid, resolve_data_root, write_contact_sheet
+from ..data.synthetic import SHIFTED_SPEC, SHIFTED_TINY_SPEC
 from ..utils.errors import ReidUserError, UsageError
 from .base import command_parser
 from .boundary import run_command
@@ -37,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(PROG, __doc__, config=False)
     parser.add_argument("--root", default="", help="data root (default: $REID_DATASETS or ./datasets)")
     parser.add_argument("--tiny", action="store_true", help="start from the SyntheticReIDTiny settings and folder")
+    parser.add_argument("--shifted", action="store_true",
+                        help="start from SyntheticReIDShifted's settings and folder (with --tiny: SyntheticReIDShiftedTiny)")
     parser.add_argument("--folder", default="",
-                        help="folder under the root (default: SyntheticReID or SyntheticReIDTiny)")
+                        help="folder under the root (default: SyntheticReID[Shifted][Tiny] after --shifted / --tiny)")
     parser.add_argument("--force", action="store_true", help="replace an existing folder")
     parser.add_argument("--no-write", action="store_true", help="only write the contact sheet")
     parser.add_argument("--contact-sheet", default="",
@@ -57,7 +61,9 @@ def build_spec(args: argparse.Namespace):
     Raises:
         UsageError: the settings cannot make a valid benchmark (the message names the setting).
     """
-    spec = TINY_SPEC if args.tiny else DEFAULT_SPEC
+    specs = {(False, False): DEFAULT_SPEC, (False, True): TINY_SPEC, (True, False): SHIFTED_SPEC,
+             (True, True): SHIFTED_TINY_SPEC}
+    spec = specs[bool(getattr(args, "shifted", False)), bool(args.tiny)]
     overrides = {field: getattr(args, opt) for opt, field in SPEC_OPTIONS.items() if getattr(args, opt) is not None}
     spec = dataclasses.replace(spec, **overrides)
     try:
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec = build_spec(args)
     if not args.no_write:
-        folder = args.folder or ("SyntheticReIDTiny" if args.tiny else "SyntheticReID")
+        folder = args.folder or ("SyntheticReID" + ("Shifted" if args.shifted else "") + ("Tiny" if args.tiny else ""))
         start = time.perf_counter()
         path = ensure_synthetic_reid(resolve_data_root(args.root), folder, spec, force=args.force)
         print(f"SyntheticReID ready at {path} ({time.perf_counter() - start:.1f} s)")

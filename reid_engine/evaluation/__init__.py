@@ -19,7 +19,7 @@ from .evaluator import (
 from .query_expansion import alpha_query_expansion
 from .rank import NoValidQueryError, RankAccumulator, evaluate_rank, evaluate_rank_from_features
 from .reid_evaluation import ReidEvaluator
-from .rerank import iter_rerank_chunks, k_reciprocal_rerank
+from .rerank import iter_jaccard_distance, iter_rerank_chunks, k_reciprocal_rerank
 from .roc import RocAccumulator
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "inference_on_dataset",
     "iter_distance_chunks",
     "iter_rerank_chunks",
+    "iter_jaccard_distance",
     "k_reciprocal_rerank",
     "log_result_checks",
     "parse_csv_format",

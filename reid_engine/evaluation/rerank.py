@@ -3,9 +3,9 @@
 Exact, in torch (CPU or GPU), and without dense N x N matrices. Every step only
 needs a short list per item, so the pool is handled as:
 
-- two streamed passes of ``chunk x N`` distance blocks: the row maxima, then the
-  k1 + 1 nearest items of every item (dividing a row by its own maximum keeps its
-  order; ties broken by index, like every ranking in this package);
+- one streamed pass of ``chunk x N`` distance blocks: each row's maximum and, from the
+  same block, the k1 + 1 nearest items of the row (dividing a row by its own maximum
+  keeps its order; ties broken by index, like every ranking in this package);
 - k-reciprocal sets, their expansion, V and its local expansion as sparse rows
   (at most (k1 + 1) * (round(k1 / 2) + 2) entries per row before the expansion);
 - the Jaccard distance through an inverted index (only item pairs that share a
@@ -13,6 +13,8 @@ needs a short list per item, so the pool is handled as:
 
 Peak memory is a distance block, the sparse V rows, and one ``chunk x gallery``
 output block (see tools/benchmarks/bench_evaluation.py for measured figures).
+:func:`iter_jaccard_distance` runs the same steps on one pool compared with itself (the
+Jaccard distance that pseudo-labelling clusters, see ``reid_engine.clustering``).
 Distances are those of the evaluation metric: "euclidean" is the squared L2
 distance; "cosine" (1 - cos) equals half the squared L2 distance of normalised
 features, which the row normalisation of step 1 makes identical.
@@ -29,7 +31,7 @@ import torch
 
 from .distance import as_feature_tensor, default_chunk_size, distance_chunk, prepare_gallery
 
-__all__ = ["iter_rerank_chunks", "k_reciprocal_rerank"]
+__all__ = ["iter_rerank_chunks", "k_reciprocal_rerank", "iter_jaccard_distance"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,21 +133,97 @@ def _build_v(feats, term, row_max, neighbours, k1: int, k2: int, metric: str, ch
     return _sparse_rows_unique(qe_rows, v_cols[entry], n, v_vals[entry] / k2)
 
 
-def _jaccard_block(q_rows, q_cols, q_vals, g_index, num_rows: int, first_row: int, num_gallery: int, q_sum, g_sum):
-    """Jaccard distances of a block of query rows to every gallery item (step 6)."""
+def _jaccard_block(q_rows, q_cols, q_vals, g_index, num_rows: int, first_row: int, num_gallery: int, q_sum, g_sum,
+                   pairs: bool = False):
+    """Jaccard distances of a block of query rows to every gallery item (step 6).
+
+    Returns the dense (rows, gallery) block, or with ``pairs`` only the pairs that share a
+    column of V (the others are at distance 1) as ``(rows, cols, distances)``, row-major.
+    """
     col_start, col_count, g_items, g_vals = g_index
     device = q_vals.device
     lengths = col_count[q_cols]
-    entry = torch.repeat_interleave(col_start[q_cols], lengths)
-    entry += torch.arange(entry.numel(), device=device) - torch.repeat_interleave(
-        torch.cumsum(lengths, 0) - lengths, lengths)
-    rows = torch.repeat_interleave(q_rows - first_row, lengths)
-    mins = torch.minimum(torch.repeat_interleave(q_vals, lengths), g_vals[entry])
+    # One repeat (the V entry each visited pair comes from), then gathers: cheaper than a repeat per quantity.
+    # index_select, not x[idx]: advanced indexing is several times slower on the CPU.
+    source = torch.repeat_interleave(torch.arange(q_cols.numel(), device=device), lengths)
+    entry = torch.arange(source.numel(), device=device)
+    entry += (col_start[q_cols] - (torch.cumsum(lengths, 0) - lengths)).index_select(0, source)  # within its column
+    mins = torch.minimum(q_vals.index_select(0, source), g_vals.index_select(0, entry))
+    target = ((q_rows - first_row) * num_gallery).index_select(0, source).add_(g_items.index_select(0, entry))
     inter = torch.zeros(num_rows * num_gallery, dtype=q_vals.dtype, device=device)
-    inter.index_add_(0, rows * num_gallery + g_items[entry], mins)
+    inter.index_add_(0, target, mins)
     inter = inter.view(num_rows, num_gallery)
-    union = q_sum.unsqueeze(1) + g_sum.unsqueeze(0) - inter  # sum(max) = sum(a) + sum(b) - sum(min)
-    return 1.0 - inter / union
+    if pairs:
+        rows, cols = inter.nonzero(as_tuple=True)
+        shared = inter[rows, cols]
+        return rows, cols, 1.0 - shared / (q_sum[rows] + g_sum[cols] - shared)
+    union = (q_sum.unsqueeze(1) + g_sum.unsqueeze(0)).sub_(inter)  # sum(max) = sum(a) + sum(b) - sum(min)
+    return inter.div_(union).neg_().add_(1.0)  # 1 - inter / union, in place
+
+
+def _pool_v(feats: torch.Tensor, k1: int, k2: int, metric: str, chunk: int):
+    """Steps 1-5 on a pool: its distance terms, row maxima and the sparse V rows (after the local expansion).
+
+    One streamed pass of ``chunk x N`` distance blocks gives each row's maximum (step 1) and,
+    from the same block, the row's k1 + 1 nearest items under the normalised distance
+    (ranking the normalised values keeps float ties exactly as step 1 makes them).
+
+    Returns:
+        (feats_t, term, row_max, v_rows, v_cols, v_vals): the transposed pool and its
+        distance term (:func:`prepare_gallery`), the (N,) row maxima, and V as sorted COO.
+    """
+    n = feats.shape[0]
+    feats_t, term = prepare_gallery(feats, metric)
+    k_near = min(max(k1, k2 - 1) + 1, n)
+    maxima, nearest = [], []
+    for s in range(0, n, chunk):
+        block = distance_chunk(feats[s:s + chunk], feats_t, term, metric)
+        block_max = block.amax(1).float()
+        block_max = torch.where(block_max > 0, block_max, torch.ones_like(block_max))  # an item equal to the whole pool
+        maxima.append(block_max)
+        nearest.append(_stable_nearest(block / block_max[:, None], k_near))
+    row_max, neighbours = torch.cat(maxima), torch.cat(nearest)
+    logger.info("re-ranking: neighbour lists of %d items ready", n)
+    v_rows, v_cols, v_vals = _build_v(feats, term, row_max, neighbours, k1, k2, metric, chunk)
+    return feats_t, term, row_max, v_rows, v_cols, v_vals
+
+
+def _iter_jaccard(v_rows, v_cols, v_vals, num_query: int, gallery_offset: int, num_items: int, max_rows: int,
+                  pairs: bool = False):
+    """Yield ``(start, stop, jaccard)``: Jaccard distances of query rows ``[start, stop)`` to every gallery item.
+
+    ``jaccard`` is a dense block, or with ``pairs`` the ``(rows, cols, distances)`` of
+    :func:`_jaccard_block` (rows relative to ``start``).
+
+    The query items are the V rows ``< num_query``; the gallery items the rows
+    ``>= gallery_offset`` (0 when the pool is compared with itself). A block holds at
+    most ``max_rows`` rows and visits at most ~_JACCARD_PAIRS item pairs.
+    """
+    device = v_vals.device
+    num_gallery = num_items - gallery_offset
+    # Inverted index of the gallery rows of V (column -> gallery items).
+    is_gallery = v_rows >= gallery_offset
+    g_cols, g_items, g_vals = v_cols[is_gallery], v_rows[is_gallery] - gallery_offset, v_vals[is_gallery]
+    order = torch.sort(g_cols, stable=True).indices
+    g_cols, g_items, g_vals = g_cols[order], g_items[order], g_vals[order]
+    col_count = torch.bincount(g_cols, minlength=num_items)
+    g_index = (torch.cumsum(col_count, 0) - col_count, col_count, g_items, g_vals)
+    row_sum = torch.zeros(num_items, dtype=v_vals.dtype, device=device).index_add_(0, v_rows, v_vals)
+    g_sum = row_sum[gallery_offset:]
+
+    # Query rows of V, split so a block visits at most ~_JACCARD_PAIRS item pairs.
+    is_query = v_rows < num_query
+    q_rows, q_cols, q_vals = v_rows[is_query], v_cols[is_query], v_vals[is_query]
+    q_bounds = torch.searchsorted(q_rows, torch.arange(num_query + 1, device=device))
+    pairs_per_row = torch.zeros(num_query, dtype=torch.int64, device=device).index_add_(0, q_rows, col_count[q_cols])
+    start = 0
+    while start < num_query:
+        budget = torch.cumsum(pairs_per_row[start:start + max_rows], 0)
+        stop = start + max(1, int((budget <= _JACCARD_PAIRS).sum()))
+        lo, hi = int(q_bounds[start]), int(q_bounds[stop])
+        yield start, stop, _jaccard_block(q_rows[lo:hi], q_cols[lo:hi], q_vals[lo:hi], g_index, stop - start, start,
+                                          num_gallery, row_sum[start:stop], g_sum, pairs)
+        start = stop
 
 
 def iter_rerank_chunks(query, gallery, k1: int = 20, k2: int = 6, lambda_value: float = 0.3,
@@ -169,48 +247,44 @@ def iter_rerank_chunks(query, gallery, k1: int = 20, k2: int = 6, lambda_value: 
     feats = torch.cat([q, g])
     n = feats.shape[0]
     chunk = chunk_size or default_chunk_size(n)
-    feats_t, term = prepare_gallery(feats, metric)
-
-    # Step 1: row maxima of the pool's distance matrix (first streamed pass).
-    row_max = torch.cat([distance_chunk(feats[s:s + chunk], feats_t, term, metric).amax(1)
-                         for s in range(0, n, chunk)]).float()
-    row_max = torch.where(row_max > 0, row_max, torch.ones_like(row_max))  # an item equal to the whole pool
-    # Step 2 input: the k1 + 1 nearest items of each item under the normalised distance
-    # (second pass); ranking the normalised values keeps float ties exactly as step 1 makes them.
-    k_near = min(max(k1, k2 - 1) + 1, n)
-    neighbours = torch.cat([
-        _stable_nearest(distance_chunk(feats[s:s + chunk], feats_t, term, metric) / row_max[s:s + chunk, None], k_near)
-        for s in range(0, n, chunk)])
-    logger.info("re-ranking: neighbour lists of %d items ready", n)
-    v_rows, v_cols, v_vals = _build_v(feats, term, row_max, neighbours, k1, k2, metric, chunk)
-
-    # Inverted index of the gallery rows of V (column -> gallery items), for step 6.
-    is_gallery = v_rows >= num_query
-    g_cols, g_items, g_vals = v_cols[is_gallery], v_rows[is_gallery] - num_query, v_vals[is_gallery]
-    order = torch.sort(g_cols, stable=True).indices
-    g_cols, g_items, g_vals = g_cols[order], g_items[order], g_vals[order]
-    col_count = torch.bincount(g_cols, minlength=n)
-    g_index = (torch.cumsum(col_count, 0) - col_count, col_count, g_items, g_vals)
-    row_sum = torch.zeros(n, dtype=v_vals.dtype, device=q.device).index_add_(0, v_rows, v_vals)
-    g_sum = row_sum[num_query:]
-
-    # Query rows of V, split so a block visits at most ~_JACCARD_PAIRS item pairs.
-    is_query = ~is_gallery
-    q_rows, q_cols, q_vals = v_rows[is_query], v_cols[is_query], v_vals[is_query]
-    q_bounds = torch.searchsorted(q_rows, torch.arange(num_query + 1, device=q.device))
-    pairs_per_row = torch.zeros(num_query, dtype=torch.int64, device=q.device).index_add_(0, q_rows, col_count[q_cols])
+    feats_t, term, row_max, v_rows, v_cols, v_vals = _pool_v(feats, k1, k2, metric, chunk)
     gallery_t, gallery_term = feats_t[:, num_query:], term[num_query:]
     out_rows = max(1, min(chunk, default_chunk_size(num_gallery)))
-    start = 0
-    while start < num_query:
-        budget = torch.cumsum(pairs_per_row[start:start + out_rows], 0)
-        stop = start + max(1, int((budget <= _JACCARD_PAIRS).sum()))
-        lo, hi = int(q_bounds[start]), int(q_bounds[stop])
-        jaccard = _jaccard_block(q_rows[lo:hi], q_cols[lo:hi], q_vals[lo:hi], g_index, stop - start, start,
-                                 num_gallery, row_sum[start:stop], g_sum)
+    for start, stop, jaccard in _iter_jaccard(v_rows, v_cols, v_vals, num_query, num_query, n, out_rows):
         original = distance_chunk(feats[start:stop], gallery_t, gallery_term, metric) / row_max[start:stop, None]
         yield start, jaccard.mul_(1.0 - lambda_value).add_(original, alpha=lambda_value)
-        start = stop
+
+
+def iter_jaccard_distance(features, k1: int = 20, k2: int = 6, metric: str = "cosine",
+                          chunk_size: Optional[int] = None, *, pairs: bool = False) -> Iterator[Tuple[int, object]]:
+    """Yield blocks of the k-reciprocal Jaccard distance of a pool to itself, one block of rows at a time.
+
+    The Jaccard term of re-ranking (steps 1-6, the same machinery and bounded memory as
+    :func:`iter_rerank_chunks`) with every item both query and gallery: what
+    pseudo-labelling clusters (issue 26). Pairs that share no entry of V are at distance 1.
+
+    Args:
+        features: (N, D) features (tensor on any device, or numpy).
+        k1, k2: the k-reciprocal set size and the local expansion size.
+        metric: base distance, "cosine" or "euclidean" (squared L2).
+        chunk_size: rows per distance block (default: about 2^24 elements per block).
+        pairs: yield only the pairs closer than 1 (sparse) instead of dense blocks; it
+            skips the dense arithmetic over every pair, most of the work on a large pool.
+
+    Yields:
+        ``(start_row, jaccard)``: the (C, N) float32 distances of rows ``start_row ...``; with
+        ``pairs``, ``(start_row, (rows, cols, distances))``, rows relative to ``start_row``,
+        in row-major order (the diagonal, at 0, included).
+    """
+    if k1 < 1 or k2 < 1:
+        raise ValueError(f"k-reciprocal Jaccard distances need k1 >= 1 and k2 >= 1, got {k1}, {k2}")
+    feats = as_feature_tensor(features, "features")
+    n = feats.shape[0]
+    chunk = chunk_size or default_chunk_size(n)
+    _, _, _, v_rows, v_cols, v_vals = _pool_v(feats, k1, k2, metric, chunk)
+    max_rows = max(1, min(chunk, default_chunk_size(n)))
+    for start, _, jaccard in _iter_jaccard(v_rows, v_cols, v_vals, n, 0, n, max_rows, pairs):
+        yield start, jaccard
 
 
 def k_reciprocal_rerank(query, gallery, k1: int = 20, k2: int = 6, lambda_value: float = 0.3,

@@ -22,8 +22,8 @@ def protocol_metrics(distmat, q_pids, g_pids, q_camids, g_camids, max_rank=50):
     return np.mean(cmcs, 0), float(np.mean(aps)), float(np.mean(inps))
 
 
-def dense_rerank(dist, num_query, k1, k2, lambda_value):
-    """k-reciprocal re-ranking step by step on a dense pool distance matrix (N x N)."""
+def dense_v(dist, k1, k2):
+    """Steps 2-5 of re-ranking on a dense (row-normalised) pool distance matrix: V after the local expansion."""
     d = np.asarray(dist, dtype=np.float64)
     n = d.shape[0]
     rank = np.argsort(d, axis=1, kind="stable")
@@ -46,11 +46,21 @@ def dense_rerank(dist, num_query, k1, k2, lambda_value):
         idx = sorted(expanded)
         w = np.exp(-d[p, idx])
         v[p, idx] = w / w.sum()
-    v_qe = np.stack([v[rank[p, :k2]].mean(0) for p in range(n)])
-    num_gallery = n - num_query
-    jaccard = np.zeros((num_query, num_gallery))
-    for p in range(num_query):
-        for g in range(num_gallery):
-            a, b = v_qe[p], v_qe[num_query + g]
+    return np.stack([v[rank[p, :k2]].mean(0) for p in range(n)])
+
+
+def dense_jaccard(v_query, v_gallery):
+    """Step 6: the Jaccard distance of every row of ``v_query`` to every row of ``v_gallery``."""
+    jaccard = np.zeros((len(v_query), len(v_gallery)))
+    for p, a in enumerate(v_query):
+        for g, b in enumerate(v_gallery):
             jaccard[p, g] = 1 - np.minimum(a, b).sum() / np.maximum(a, b).sum()
+    return jaccard
+
+
+def dense_rerank(dist, num_query, k1, k2, lambda_value):
+    """k-reciprocal re-ranking step by step on a dense pool distance matrix (N x N)."""
+    d = np.asarray(dist, dtype=np.float64)
+    v_qe = dense_v(d, k1, k2)
+    jaccard = dense_jaccard(v_qe[:num_query], v_qe[num_query:])
     return (1 - lambda_value) * jaccard + lambda_value * d[:num_query, num_query:]

@@ -1,11 +1,8 @@
 """Losses against hand-computed values on tiny inputs; the registry and build_losses."""
 import math
-import os
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn import functional as F
 
 from reid_engine.config import ConfigError, get_cfg
@@ -22,6 +19,8 @@ from reid_engine.modeling.losses import (
 )
 from reid_engine.modeling.losses.pairwise import euclidean_dist, identity_masks
 from reid_engine.utils.registry import UnknownChoiceError
+
+from ._helpers import run_loss_on_two_workers
 
 LN2 = math.log(2.0)
 # softmax(log([1, 2, 1])) = [0.25, 0.5, 0.25]
@@ -296,30 +295,17 @@ def test_missing_head_output_is_a_clear_error():
 
 # ---- distributed triplet ------------------------------------------------------------------
 
-def _gathered_triplet_worker(rank, init_file, feats, targets, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    try:
-        local = feats.chunk(2)[rank].clone().requires_grad_()
-        loss = triplet_loss(local, targets.chunk(2)[rank], 0.3, False, True)
-        loss.backward()
-        torch.save({"loss": loss.detach(), "grad": local.grad}, os.path.join(out_dir, f"{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+def _gathered_triplet(local, targets):
+    return triplet_loss(local, targets, 0.3, False, True), None
 
 
 def test_triplet_gathers_across_workers_with_gradient_to_local_part(tmp_path):
     feats = torch.randn(8, 5, generator=torch.Generator().manual_seed(6))
     targets = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])  # every positive lives on the other worker
-    # fork: the workers reuse the imported torch instead of importing it again (seconds); but a
-    # process that has initialised CUDA (other tests on a GPU machine) cannot be forked safely.
-    start_method = "spawn" if torch.cuda.is_initialized() else "fork"
-    mp.start_processes(_gathered_triplet_worker, nprocs=2, join=True, start_method=start_method,
-                       args=(str(tmp_path / "init"), feats, targets, str(tmp_path)))
+    results = run_loss_on_two_workers(_gathered_triplet, feats, targets, tmp_path)
     full = feats.clone().requires_grad_()
     full_loss = triplet_loss(full, targets, 0.3, False, True)
     full_loss.backward()
-    for rank in range(2):
-        result = torch.load(tmp_path / f"{rank}.pt")
+    for rank, result in enumerate(results):
         assert result["loss"].item() == pytest.approx(full_loss.item(), rel=1e-5)
         assert torch.allclose(result["grad"], full.grad.chunk(2)[rank], atol=1e-6)

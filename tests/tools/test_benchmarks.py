@@ -51,3 +51,12 @@ def test_bench_train_loader_compares_per_image_and_batched_augmentation(bench_mo
     per_image = next(line for line in out.splitlines() if "per image" in line and line.split()[0] == "0")
     batched = next(line for line in out.splitlines() if "batched" in line and line.split()[0] == "0")
     assert float(per_image.split()[3]) > 0 and batched.rstrip().endswith("x"), out
+
+
+@pytest.mark.slow
+def test_bench_clustering_prints_time_memory_and_quality(bench_module, capsys):
+    bench = bench_module("bench_clustering")
+    bench.main(["--num", "400", "--ids", "16", "--dim", "32", "--threads", "1"])
+    out = capsys.readouterr().out
+    for figure in ("jaccard_distance_graph", "dbscan_pseudo_labels", "total:", "peak RSS", "NMI"):
+        assert figure in out, out

@@ -27,7 +27,14 @@ from .registry import DATASET_REGISTRY
 from .sensereid import sensereid
 from .split_benchmarks import grid, ilids, prid, viper
 from .splits import SplitFileError
-from .synthetic import SyntheticReID, SyntheticReIDTiny, SyntheticVideoReID, SyntheticVideoReIDTiny
+from .synthetic import (
+    SyntheticReID,
+    SyntheticReIDShifted,
+    SyntheticReIDShiftedTiny,
+    SyntheticReIDTiny,
+    SyntheticVideoReID,
+    SyntheticVideoReIDTiny,
+)
 from .training_only import (
     GRID,
     LPW,
@@ -60,7 +67,8 @@ __all__ = [
     "parse_market_style_folder", "DatasetFormatError", "DatasetNotFoundError",
     "Market1501", "Market1501_500k", "DukeMTMC", "MSMT17", "CUHK03", "CUHK03Labeled", "CUHK03Detected", "VeRi",
     "VehicleID", "SmallVehicleID", "MediumVehicleID", "LargeVehicleID", "ImageFolderReID",
-    "SyntheticReID", "SyntheticReIDTiny", "SyntheticSpec", "SyntheticWorld", "DEFAULT_SPEC",
+    "SyntheticReID", "SyntheticReIDTiny", "SyntheticReIDShifted", "SyntheticReIDShiftedTiny",
+    "SyntheticSpec", "SyntheticWorld", "DEFAULT_SPEC",
     "TINY_SPEC", "generate_synthetic_reid", "ensure_synthetic_reid", "write_contact_sheet",
     "FileProblem", "collect_file_problems", "testable_dataset_names", "SplitFileError",
     "VeRiWild", "SmallVeRiWild", "MediumVeRiWild", "LargeVeRiWild",

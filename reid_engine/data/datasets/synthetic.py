@@ -5,6 +5,8 @@ import logging
 from ..synthetic import (
     DEFAULT_SPEC,
     GENERATOR_VERSION,
+    SHIFTED_SPEC,
+    SHIFTED_TINY_SPEC,
     TINY_SPEC,
     SyntheticSpec,
     ensure_synthetic_reid,
@@ -52,6 +54,41 @@ class SyntheticReIDTiny(SyntheticReID):
 
     FOLDER = "SyntheticReIDTiny"
     SPEC = TINY_SPEC
+
+
+@DATASET_REGISTRY.register()
+class SyntheticReIDShifted(SyntheticReID):
+    """SyntheticReID's domain-shifted sibling in ``<root>/SyntheticReIDShifted/``: another camera network.
+
+    The target of cross-domain and label-free training (issue 26), generated from
+    :data:`~reid_engine.data.synthetic.SHIFTED_SPEC` by the same generator as SyntheticReID,
+    with everything that makes a domain changed and the sizes kept (300 train ids, 300
+    test ids, 100 distractors):
+
+    - other identities: its own seed (26) draws other people (none of SyntheticReID's);
+    - another clothing palette (pinks, mints, lavenders, rust, ... no color of SyntheticReID's);
+    - other cameras: 8 instead of 6, other viewpoints (people mostly face the camera:
+      front probability 0.6-0.95 instead of 0.25-0.75) and distances (people 0.8-0.95
+      of the size instead of 0.9-1.05);
+    - other lighting and casts: darker (brightness 0.55-0.9 instead of 0.7-1.15) and a warm
+      cast over the whole network (red +0.12, blue -0.15) on top of each camera's own;
+    - other backgrounds: darker, greener scenes.
+
+    Args:
+        root: the data root.
+        combineall: fold query + gallery into training.
+    """
+
+    FOLDER = "SyntheticReIDShifted"
+    SPEC = SHIFTED_SPEC
+
+
+@DATASET_REGISTRY.register()
+class SyntheticReIDShiftedTiny(SyntheticReID):
+    """A ~300-image SyntheticReIDShifted (24 train ids, 16 test ids, 4 cameras) for tests."""
+
+    FOLDER = "SyntheticReIDShiftedTiny"
+    SPEC = SHIFTED_TINY_SPEC
 
 
 @DATASET_REGISTRY.register()

@@ -5,7 +5,8 @@
   (:class:`SyntheticWorld`) and the atomic first-use creation of the folder;
 - :mod:`.contact_sheet` writes a PNG grid of samples to look at.
 
-The registered dataset classes (``SyntheticReID``, ``SyntheticReIDTiny``) live in
+The registered dataset classes (``SyntheticReID``, ``SyntheticReIDTiny``, the domain-shifted
+``SyntheticReIDShifted``, ``SyntheticReIDShiftedTiny``) live in
 ``data.datasets.synthetic`` and read what this package writes.
 """
 
@@ -14,6 +15,8 @@ from .generator import (
     DEFAULT_SPEC,
     GENERATOR_VERSION,
     MARKER,
+    SHIFTED_SPEC,
+    SHIFTED_TINY_SPEC,
     SPLIT_DIRS,
     TINY_SPEC,
     PlannedImage,
@@ -26,7 +29,8 @@ from .generator import (
 from .render import render_image
 
 __all__ = [
-    "DEFAULT_SPEC", "TINY_SPEC", "GENERATOR_VERSION", "MARKER", "SPLIT_DIRS", "SyntheticSpec",
+    "DEFAULT_SPEC", "TINY_SPEC", "SHIFTED_SPEC", "SHIFTED_TINY_SPEC",
+    "GENERATOR_VERSION", "MARKER", "SPLIT_DIRS", "SyntheticSpec",
     "SyntheticWorld", "PlannedImage", "generate_synthetic_reid", "ensure_synthetic_reid",
     "read_marker", "render_image", "color_sharing_groups", "write_contact_sheet",
 ]

@@ -20,6 +20,8 @@ from PIL import Image
 
 from ..datasets.bases import DatasetFormatError
 from .render import (
+    CLOTH_PALETTES,
+    SCENE_PALETTES,
     Camera,
     Identity,
     make_camera,
@@ -30,6 +32,7 @@ from .render import (
 
 __all__ = [
     "GENERATOR_VERSION", "MARKER", "SPLIT_DIRS", "SyntheticSpec", "DEFAULT_SPEC", "TINY_SPEC",
+    "SHIFTED_SPEC", "SHIFTED_TINY_SPEC",
     "PlannedImage", "SyntheticWorld", "generate_synthetic_reid", "ensure_synthetic_reid", "read_marker",
 ]
 
@@ -59,6 +62,17 @@ class SyntheticSpec:
         blur: largest per-image blur radius (pixels) on top of the camera's.
         seed: the seed everything derives from.
         jpeg_quality: JPEG quality of the written files.
+        cloth_palette: the clothing colors, a key of ``render.CLOTH_PALETTES`` ("street" or
+            "shifted").
+        scene_palette: the background colors, a key of ``render.SCENE_PALETTES``.
+        brightness: (min, max) of a camera's brightness factor (lighting).
+        cast_bias: (R, G, B) offset added to every camera's color cast (the light type
+            of the whole network).
+        front_prob: (min, max) of a camera's probability that people face it (viewpoint).
+        camera_scale: (min, max) of a camera's person-size factor (its distance).
+
+    The defaults of the last six fields are SyntheticReID's; a spec that keeps them
+    writes the same files as before those fields existed.
     """
 
     num_train_ids: int = 300
@@ -74,6 +88,12 @@ class SyntheticSpec:
     blur: float = 1.0
     seed: int = 0
     jpeg_quality: int = 90
+    cloth_palette: str = "street"
+    scene_palette: str = "street"
+    brightness: Tuple[float, float] = (0.7, 1.15)
+    cast_bias: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    front_prob: Tuple[float, float] = (0.25, 0.75)
+    camera_scale: Tuple[float, float] = (0.9, 1.05)
 
     def validate(self) -> None:
         """Raise ``ValueError`` (one line) when the settings cannot make a valid benchmark."""
@@ -89,11 +109,28 @@ class SyntheticSpec:
                              "be >= 1")
         if self.num_train_ids + self.num_test_ids > 9999:
             raise ValueError("SyntheticSpec: at most 9,999 identities fit the 4-digit file names")
+        if self.cloth_palette not in CLOTH_PALETTES or self.scene_palette not in SCENE_PALETTES:
+            raise ValueError(f"SyntheticSpec: cloth_palette / scene_palette must be one of "
+                             f"{sorted(CLOTH_PALETTES)}, got {self.cloth_palette!r} / {self.scene_palette!r}")
+        for name in ("brightness", "front_prob", "camera_scale"):
+            lo, hi = getattr(self, name)
+            if not 0.0 <= lo <= hi:
+                raise ValueError(f"SyntheticSpec: {name} {getattr(self, name)} must satisfy 0 <= min <= max")
 
 
 DEFAULT_SPEC = SyntheticSpec()
 TINY_SPEC = SyntheticSpec(num_train_ids=24, num_test_ids=16, num_cameras=3, cams_per_id=(2, 3),
                           images_per_cam=(2, 3), num_distractors=10, palette_size=6)
+# SyntheticReIDShifted: another camera network in another city. Its own seed draws other
+# people (SyntheticReID's identities never appear), dressed from another palette, seen by
+# 8 cameras (instead of 6) in darker, greener scenes under warm light, mostly from the
+# front and from further away.
+SHIFTED_SPEC = SyntheticSpec(num_cameras=8, cams_per_id=(2, 5), seed=26, cloth_palette="shifted",
+                             scene_palette="shifted", brightness=(0.55, 0.9), cast_bias=(0.12, 0.03, -0.15),
+                             front_prob=(0.6, 0.95), camera_scale=(0.8, 0.95))
+SHIFTED_TINY_SPEC = dataclasses.replace(SHIFTED_SPEC, num_train_ids=24, num_test_ids=16, num_cameras=4,
+                                        cams_per_id=(2, 3), images_per_cam=(2, 3), num_distractors=10,
+                                        palette_size=6)
 
 
 @dataclass(frozen=True)
@@ -127,14 +164,16 @@ class SyntheticWorld:
     def __init__(self, spec: SyntheticSpec = DEFAULT_SPEC):
         spec.validate()
         self.spec = spec
-        outfits = make_outfit_table(np.random.default_rng([spec.seed, 3]), spec.palette_size)
+        outfits = make_outfit_table(np.random.default_rng([spec.seed, 3]), spec.palette_size, spec.cloth_palette)
         n_people = spec.num_train_ids + spec.num_test_ids + spec.num_distractors
         # Identity k (1-based) is pid k for train and test ids; distractors follow.
         self.identities: List[Identity] = [
-            make_identity(np.random.default_rng([spec.seed, 2, k]), outfits)
+            make_identity(np.random.default_rng([spec.seed, 2, k]), outfits, spec.cloth_palette)
             for k in range(1, n_people + 1)]
         self.cameras: List[Camera] = [
-            make_camera(np.random.default_rng([spec.seed, 4, c]), spec.cast_strength)
+            make_camera(np.random.default_rng([spec.seed, 4, c]), spec.cast_strength,
+                        scene_palette=spec.scene_palette, brightness=spec.brightness, cast_bias=spec.cast_bias,
+                        front_prob=spec.front_prob, scale=spec.camera_scale)
             for c in range(spec.num_cameras)]
         self.plan: List[PlannedImage] = self._make_plan()
 

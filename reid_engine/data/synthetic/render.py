@@ -36,6 +36,22 @@ SCENE_COLORS: Tuple[Color, ...] = ((150, 150, 150), (112, 112, 118), (170, 96, 8
                                    (190, 176, 150), (96, 130, 90), (140, 150, 170),
                                    (80, 80, 86), (200, 200, 196), (120, 100, 80))
 
+# The colours of another city: SyntheticReIDShifted's clothing and scenes (no colour of
+# the street palettes above), selected by SyntheticSpec.cloth_palette / scene_palette.
+SHIFTED_CLOTH_COLORS: Tuple[Color, ...] = (
+    (248, 92, 162), (250, 236, 122), (122, 228, 198), (182, 142, 228), (252, 162, 112),
+    (92, 198, 92), (62, 30, 82), (20, 72, 62), (162, 62, 22), (72, 52, 22),
+    (198, 220, 92), (92, 162, 252), (42, 40, 62), (238, 202, 222), (150, 42, 102),
+    (232, 102, 32), (102, 142, 122), (14, 14, 40),
+)
+SHIFTED_SCENE_COLORS: Tuple[Color, ...] = ((72, 112, 62), (42, 62, 42), (162, 142, 102),
+                                           (62, 62, 92), (122, 72, 52), (32, 30, 36),
+                                           (92, 122, 112), (182, 162, 202), (112, 92, 62))
+# name -> (clothing colours, indices of the dark colours that lower garments favour)
+CLOTH_PALETTES = {"street": (CLOTH_COLORS, (0, 2, 3, 16, 15, 9)),
+                  "shifted": (SHIFTED_CLOTH_COLORS, (6, 7, 9, 12, 14, 17))}
+SCENE_PALETTES = {"street": SCENE_COLORS, "shifted": SHIFTED_SCENE_COLORS}
+
 PATTERNS = ("plain", "stripes", "checks", "logo")
 HAIR_STYLES = ("short", "long", "bald", "cap")
 LOWER_STYLES = ("trousers", "shorts", "skirt")
@@ -87,28 +103,46 @@ def _jitter(rng: np.random.Generator, color: Color, amount: int) -> Color:
     return tuple(int(np.clip(c + rng.integers(-amount, amount + 1), 0, 255)) for c in color)
 
 
-def make_outfit_table(rng: np.random.Generator, size: int) -> List[Tuple[Color, Color]]:
+def make_outfit_table(rng: np.random.Generator, size: int, palette: str = "street") -> List[Tuple[Color, Color]]:
     """Draw ``size`` (upper, lower) color pairs shared by all identities.
 
     A small table makes groups of identities wear the same colors, so that color alone
     does not identify a person. Lower garments favor dark / denim colors, as in real
     street scenes.
+
+    Args:
+        rng: the table's generator.
+        size: the number of pairs.
+        palette: a key of :data:`CLOTH_PALETTES`.
+    Returns:
+        The list of (upper, lower) colors.
     """
-    dark = [CLOTH_COLORS[i] for i in (0, 2, 3, 16, 15, 9)]
+    colors, dark_idx = CLOTH_PALETTES[palette]
+    dark = [colors[i] for i in dark_idx]
     table = []
     for _ in range(size):
-        upper = _pick(rng, CLOTH_COLORS)
-        lower = _pick(rng, dark) if rng.random() < 0.7 else _pick(rng, CLOTH_COLORS)
+        upper = _pick(rng, colors)
+        lower = _pick(rng, dark) if rng.random() < 0.7 else _pick(rng, colors)
         table.append((upper, lower))
     return table
 
 
-def make_identity(rng: np.random.Generator, outfits: Sequence[Tuple[Color, Color]]) -> Identity:
-    """Draw one identity; its clothing colors come from the shared ``outfits`` table."""
+def make_identity(rng: np.random.Generator, outfits: Sequence[Tuple[Color, Color]],
+                  palette: str = "street") -> Identity:
+    """Draw one identity; its clothing colors come from the shared ``outfits`` table.
+
+    Args:
+        rng: the identity's generator.
+        outfits: the shared (upper, lower) table of :func:`make_outfit_table`.
+        palette: a key of :data:`CLOTH_PALETTES` (pattern, cap and bag colors).
+    Returns:
+        The :class:`Identity`.
+    """
+    colors = CLOTH_PALETTES[palette][0]
     outfit = int(rng.integers(len(outfits)))
     upper, lower = outfits[outfit]
     pattern = _pick(rng, PATTERNS)
-    pattern_color = _pick(rng, [c for c in CLOTH_COLORS if sum(abs(a - b) for a, b in
+    pattern_color = _pick(rng, [c for c in colors if sum(abs(a - b) for a, b in
                                                                 zip(c, upper)) > 150])
     return Identity(
         height=float(rng.uniform(0.80, 0.93)),
@@ -116,7 +150,7 @@ def make_identity(rng: np.random.Generator, outfits: Sequence[Tuple[Color, Color
         skin=_pick(rng, SKIN_TONES),
         hair=_pick(rng, HAIR_COLORS),
         hair_style=_pick(rng, HAIR_STYLES),
-        cap=_pick(rng, CLOTH_COLORS),
+        cap=_pick(rng, colors),
         upper=_jitter(rng, upper, 6),
         lower=_jitter(rng, lower, 6),
         outfit=outfit,
@@ -127,25 +161,25 @@ def make_identity(rng: np.random.Generator, outfits: Sequence[Tuple[Color, Color
         lower_style=_pick(rng, LOWER_STYLES) if rng.random() < 0.5 else "trousers",
         shoes=_pick(rng, SHOE_COLORS),
         bag=_pick(rng, BAGS),
-        bag_color=_pick(rng, CLOTH_COLORS),
+        bag_color=_pick(rng, colors),
         bag_side=1 if rng.random() < 0.5 else -1,
     )
 
 
-def _make_background(rng: np.random.Generator) -> np.ndarray:
+def _make_background(rng: np.random.Generator, scene_colors: Sequence[Color] = SCENE_COLORS) -> np.ndarray:
     """A scene: wall / sky above a floor, with panels, windows, a kerb and floor lines."""
     bh, bw = H + 2 * BG_MARGIN, W + 2 * BG_MARGIN
-    img = Image.new("RGB", (bw, bh), _jitter(rng, _pick(rng, SCENE_COLORS), 20))
+    img = Image.new("RGB", (bw, bh), _jitter(rng, _pick(rng, scene_colors), 20))
     draw = ImageDraw.Draw(img)
     horizon = int(bh * rng.uniform(0.45, 0.7))
-    floor = _jitter(rng, _pick(rng, SCENE_COLORS), 20)
+    floor = _jitter(rng, _pick(rng, scene_colors), 20)
     draw.rectangle([0, horizon, bw, bh], fill=floor)
     x = int(rng.integers(-40, 0))
     while x < bw:  # wall panels / shop fronts of varying color
         pw = int(rng.integers(30, 90))
         if rng.random() < 0.6:
             draw.rectangle([x, int(rng.integers(0, horizon // 3)), x + pw, horizon],
-                           fill=_jitter(rng, _pick(rng, SCENE_COLORS), 25))
+                           fill=_jitter(rng, _pick(rng, scene_colors), 25))
         if rng.random() < 0.5:  # windows
             wc = _jitter(rng, (60, 70, 90) if rng.random() < 0.5 else (180, 200, 215), 20)
             for wy in range(int(rng.integers(8, 30)), horizon - 30, int(rng.integers(36, 60))):
@@ -163,24 +197,36 @@ def _make_background(rng: np.random.Generator) -> np.ndarray:
     return np.asarray(img, dtype=np.uint8)
 
 
-def make_camera(rng: np.random.Generator, cast_strength: float) -> Camera:
+def make_camera(rng: np.random.Generator, cast_strength: float, *, scene_palette: str = "street",
+                brightness: Tuple[float, float] = (0.7, 1.15), cast_bias: Sequence[float] = (0.0, 0.0, 0.0),
+                front_prob: Tuple[float, float] = (0.25, 0.75), scale: Tuple[float, float] = (0.9, 1.05)) -> Camera:
     """Draw one camera: its scene, brightness, color cast, haze and blur.
+
+    The keyword defaults are SyntheticReID's cameras (the draws are the same for them).
 
     Args:
         rng: the camera's generator.
         cast_strength: the largest per-channel deviation of the color cast (0 = none).
+        scene_palette: a key of :data:`SCENE_PALETTES` (background colors).
+        brightness: (min, max) of the camera's brightness factor.
+        cast_bias: a per-channel (R, G, B) offset of every camera's cast (a lighting
+            type shared by the network, e.g. warm street lamps).
+        front_prob: (min, max) of the probability that a person faces the camera (viewpoint).
+        scale: (min, max) of the person-size factor (camera distance).
+    Returns:
+        The :class:`Camera`.
     """
-    brightness = rng.uniform(0.7, 1.15)
-    cast = 1.0 + cast_strength * rng.uniform(-1.0, 1.0, size=3)
-    gain = tuple(float(g) for g in cast * brightness)
+    gain_level = rng.uniform(*brightness)
+    cast = 1.0 + cast_strength * rng.uniform(-1.0, 1.0, size=3) + np.asarray(cast_bias, dtype=np.float64)
+    gain = tuple(float(g) for g in cast * gain_level)
     return Camera(
-        background=_make_background(rng),
+        background=_make_background(rng, SCENE_PALETTES[scene_palette]),
         gain=gain,  # type: ignore[arg-type]
         haze=float(rng.uniform(0.0, 0.2)),
         haze_color=_jitter(rng, (170, 175, 185), 30),
         blur=float(rng.uniform(0.0, 0.8)),
-        front_prob=float(rng.uniform(0.25, 0.75)),
-        scale=float(rng.uniform(0.9, 1.05)),
+        front_prob=float(rng.uniform(*front_prob)),
+        scale=float(rng.uniform(*scale)),
     )
 
 

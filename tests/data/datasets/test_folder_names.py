@@ -24,7 +24,8 @@ def test_the_table_covers_every_registered_benchmark():
     without = sorted(name for name, _ in DATASET_REGISTRY if not dataset_folders(DATASET_REGISTRY.get(name)))
     # CUHK03 reads its two routes in its own module (cuhk03-np/<boxes>/, and cuhk03/, the folder both peers read);
     # own data and the generated sets have no peer names.
-    assert without == ["CUHK03", "CUHK03Detected", "CUHK03Labeled", "ImageFolderReID", "SyntheticReID", "SyntheticReIDTiny"]
+    assert without == ["CUHK03", "CUHK03Detected", "CUHK03Labeled", "ImageFolderReID", "SyntheticReID",
+                       "SyntheticReIDShifted", "SyntheticReIDShiftedTiny", "SyntheticReIDTiny"]
     assert DATASET_REGISTRY.get("SyntheticVideoReIDTiny").DATASET_DIRS == ()  # set per instance: its own folder
 
 

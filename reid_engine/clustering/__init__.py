@@ -1,0 +1,18 @@
+"""Pseudo labels for label-free training (issue 26): the k-reciprocal Jaccard graph of a
+feature pool, DBSCAN on it, cluster centroids, and the quality of pseudo labels against
+ground truth.
+
+- :func:`jaccard_distance_graph`: the sparse (N, N) Jaccard distance graph, in bounded
+  memory (the machinery of ``evaluation.rerank``);
+- :func:`dbscan_pseudo_labels`: scikit-learn's DBSCAN on that graph, labels 0..C-1 and -1;
+- :func:`cluster_centroids`: the normalised mean feature of each cluster;
+- :func:`pseudo_label_quality`: NMI, ARI and pairwise precision / recall / F1.
+
+This package knows only ``utils`` and the public functions of ``evaluation``.
+"""
+
+from .graph import jaccard_distance_graph
+from .labels import cluster_centroids, dbscan_pseudo_labels
+from .quality import pseudo_label_quality
+
+__all__ = ["jaccard_distance_graph", "dbscan_pseudo_labels", "cluster_centroids", "pseudo_label_quality"]
