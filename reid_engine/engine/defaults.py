@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..config import CfgNode
 from ..data import DevicePrefetcher, build_reid_test_loader, build_reid_train_loader
+from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
     DatasetEvaluator,
     ExpectedResultsError,
@@ -30,6 +31,7 @@ from ..utils.env import resolve_device
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from . import hooks
+from .hooks.pseudo_labels import PseudoLabeler
 from .rank_vis import write_rank_vis
 from .setup import default_argument_parser, default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
@@ -207,7 +209,7 @@ class DefaultTrainer(TrainerBase):
                                        + ": look at the evaluation above, or change the expectation")
 
     def build_hooks(self) -> List[hooks.HookBase]:
-        """The default hooks, in order: timer, LR scheduler, EMA teacher, PreciseBN, LayerFreeze,
+        """The default hooks, in order: pseudo labels (PSEUDO.ENABLED), timer, LR scheduler, EMA teacher, PreciseBN, LayerFreeze,
         evaluation, best checkpoint, writers, periodic checkpoints, preemption (SIGTERM / SIGUSR1
         / SIGINT: checkpoint and stop).
 
@@ -222,6 +224,9 @@ class DefaultTrainer(TrainerBase):
         cfg.defrost()
         ipe = self.iters_per_epoch
         ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(), hooks.LRScheduler()]
+        if cfg.PSEUDO.ENABLED:  # first, so the clustering time stays out of the iteration times
+            loader = getattr(self.data_loader, "loader", self.data_loader)  # under a DevicePrefetcher
+            ret.insert(0, PseudoLabeler(self.cfg, loader, cfg.PSEUDO.PERIOD * ipe))
         if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 
@@ -279,8 +284,10 @@ class DefaultTrainer(TrainerBase):
 
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):
-        """Build the training loader over DATASETS.NAMES."""
+        """Build the training loader over DATASETS.NAMES (with PSEUDO.ENABLED, the label-free one)."""
         logger.info("Prepare training set")
+        if cfg.PSEUDO.ENABLED:
+            return build_pseudo_train_loader(cfg)
         return build_reid_train_loader(cfg)
 
     @classmethod
@@ -336,7 +343,10 @@ class DefaultTrainer(TrainerBase):
     # ------------------------------------------------------------------ scaling
     @staticmethod
     def compute_iters_per_epoch(cfg: CfgNode, num_train_images: int) -> int:
-        """Iterations per epoch: training images // global batch (at least 1)."""
+        """Iterations per epoch: training images // global batch (at least 1), or
+        PSEUDO.ITERS_PER_EPOCH in label-free training (the images trained on change with the clusters)."""
+        if cfg.PSEUDO.ENABLED and cfg.PSEUDO.ITERS_PER_EPOCH > 0:
+            return int(cfg.PSEUDO.ITERS_PER_EPOCH)
         return max(1, num_train_images // cfg.SOLVER.IMS_PER_BATCH)
 
     @staticmethod
