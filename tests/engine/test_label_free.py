@@ -22,7 +22,7 @@ from reid_engine.engine.config_checks import check_config_values
 from reid_engine.engine.hooks.pseudo_labels import PseudoLabeler, PseudoLabelError
 from reid_engine.utils.env import seed_all_rng
 from reid_engine.utils.errors import ReidUserError
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, run_cli
 
 BASE = os.path.join(REPO_ROOT, "configs", "USL", "Base-USL.yml")
 KILLER = os.path.join(REPO_ROOT, "tests", "e2e", "kill_during_save.py")
@@ -171,6 +171,7 @@ def test_target_ground_truth_is_never_read_in_training(reference_run, data_root,
     assert ref[0]["pseudo/nmi"] != got[0]["pseudo/nmi"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("extra, what", [(("PSEUDO.MIN_SAMPLES", 500), "every target image is an outlier"),
                                          (("SOLVER.IMS_PER_BATCH", 128), "clusters were found")])
 def test_unusable_clusters_are_one_line_suggesting_eps(data_root, tmp_path, extra, what):
@@ -271,4 +272,21 @@ def test_joint_training_keeps_the_source_labels_and_clusters_the_target(data_roo
     assert target.max() >= 24 and set(target[target >= 0].tolist()) == set(range(24, int(target.max()) + 1))
     assert trainer.model.memory.features.shape[0] == int(hook.labels.max()) + 1
     assert set(loader.dataset.domains.tolist()) == {0, 1}
+
+
+@pytest.mark.slow
+def test_two_gloo_workers_extract_their_shards_and_share_one_clustering(data_root, tmp_path):
+    """The real command with 2 CPU workers: each embeds its shard, the main worker clusters, every
+    worker trains on the same clusters (DDP would fail on differently sized memories)."""
+    out = tmp_path / "ddp"
+    opts = TINY_OPTS(data_root, out, "SOLVER.MAX_EPOCH", 3)
+    args = ["--num-gpus", "2", "--dist-url", "auto", "--config-file", BASE] + [str(v) for v in opts]
+    proc = run_cli(args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (out / "log.txt").read_text()
+    assert "Pseudo labels: extracting training features (worker 0 of 2)" in log
+    assert "Pseudo labels (round 1, iteration 6)" in log
+    state = torch.load(out / "model_final.pth", map_location="cpu", weights_only=True)
+    labels = state["trainer"]["hooks"]["PseudoLabeler"]["labels"]
+    assert state["model"]["memory.features"].shape[0] == int(labels.max()) + 1
 
