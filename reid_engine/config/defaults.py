@@ -341,6 +341,9 @@ _C.PSEUDO.K1 = 30
 _C.PSEUDO.K2 = 6
 # Feature rows per block of the bounded-memory Jaccard computation; 0 = automatic.
 _C.PSEUDO.CHUNK_SIZE = 0
+# Cluster camera-normalised features: each camera's mean feature is subtracted (then rows renormalised)
+# before the Jaccard distance, so that strong camera styles do not make the clusters cameras.
+_C.PSEUDO.CAMERA_NORM = False
 # Cluster memory (MODEL.META_ARCHITECTURE ClusterContrast): softmax temperature, momentum of the
 # per-batch centroid update, and "mean" (all batch features of a cluster) or "hard" (its hardest).
 _C.PSEUDO.MEMORY = CN()

@@ -19,7 +19,7 @@ from reid_engine.config import get_cfg
 from reid_engine.data.datasets import get_dataset
 from reid_engine.engine import DefaultTrainer
 from reid_engine.engine.config_checks import check_config_values
-from reid_engine.engine.hooks.pseudo_labels import PseudoLabeler, PseudoLabelError
+from reid_engine.engine.hooks.pseudo_labels import PseudoLabeler, PseudoLabelError, camera_normalized
 from reid_engine.utils.env import seed_all_rng
 from reid_engine.utils.errors import ReidUserError
 from tests.conftest import REPO_ROOT, run_cli
@@ -198,6 +198,27 @@ def test_bad_pseudo_values_are_one_line_errors(tmp_path, key, value, needle):
     with pytest.raises(ReidUserError) as info:
         check_config_values(cfg)
     assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_camera_normalisation_makes_identities_not_cameras_the_nearest_neighbours():
+    """PSEUDO.CAMERA_NORM: a strong per-camera offset hides the identities until it is removed."""
+    rng = np.random.default_rng(0)
+    identity = rng.normal(size=(6, 16))
+    camera = rng.normal(size=(2, 16)) * 10
+    feats = np.concatenate([identity + camera[0], identity + camera[1]])
+    feats /= np.linalg.norm(feats, axis=1, keepdims=True)
+    camids = np.repeat([0, 1], 6)
+
+    def nearest_other_camera_share(x):
+        sim = x @ x.T
+        np.fill_diagonal(sim, -np.inf)
+        return float(np.mean(camids[sim.argmax(1)] != camids))
+
+    assert nearest_other_camera_share(feats) == 0.0
+    normed = camera_normalized(feats, camids)
+    assert np.allclose(np.linalg.norm(normed, axis=1), 1.0)
+    cross = normed[:6] @ normed[6:].T
+    assert (cross.argmax(1) == np.arange(6)).all()  # each identity finds itself in the other camera
 
 
 def test_shipped_label_free_configs_keep_cluster_contrast_settings():

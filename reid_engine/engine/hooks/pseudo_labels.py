@@ -25,7 +25,7 @@ from ...utils import comm
 from ...utils.errors import ReidUserError
 from ..train_loop import HookBase
 
-__all__ = ["PseudoLabeler", "PseudoLabelError", "check_pseudo_config", "cluster_targets"]
+__all__ = ["PseudoLabeler", "PseudoLabelError", "check_pseudo_config", "cluster_targets", "camera_normalized"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,16 +82,35 @@ def check_pseudo_config(cfg) -> None:
                           "(or DomainBalancedSampler for joint training)")
 
 
-def cluster_targets(features: np.ndarray, cfg) -> np.ndarray:
+def camera_normalized(features: np.ndarray, camids: np.ndarray) -> np.ndarray:
+    """Subtract each camera's mean feature, then renormalise the rows (PSEUDO.CAMERA_NORM).
+
+    Args:
+        features: (T, D) features.
+        camids: (T,) their cameras.
+    Returns:
+        (T, D) float32 unit rows.
+    """
+    out = np.array(features, dtype=np.float32, copy=True)
+    for cam in np.unique(camids):
+        rows = camids == cam
+        out[rows] -= out[rows].mean(axis=0, keepdims=True)
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+def cluster_targets(features: np.ndarray, cfg, camids: Optional[np.ndarray] = None) -> np.ndarray:
     """Cluster target features: k-reciprocal Jaccard graph, then DBSCAN.
 
     Args:
         features: (T, D) L2-normalised features.
-        cfg: the config (PSEUDO.K1, K2, EPS, MIN_SAMPLES, CHUNK_SIZE).
+        cfg: the config (PSEUDO.K1, K2, EPS, MIN_SAMPLES, CHUNK_SIZE, CAMERA_NORM).
+        camids: (T,) cameras of the features (needed with PSEUDO.CAMERA_NORM).
     Returns:
         (T,) int64 clusters 0..C-1, -1 for outliers.
     """
     p = cfg.PSEUDO
+    if p.CAMERA_NORM:
+        features = camera_normalized(features, camids)
     graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=1.0,
                                    chunk_size=p.CHUNK_SIZE or None)
     return dbscan_pseudo_labels(graph, p.EPS, p.MIN_SAMPLES)
@@ -140,7 +159,8 @@ class PseudoLabeler(HookBase):
         extract_time = time.perf_counter() - start
         payload = None
         if comm.is_main_process():
-            clusters = cluster_targets(features[self.loader.is_target], self.cfg)
+            camids = np.array([camid for _, _, camid in self.loader.all_items])[self.loader.is_target]
+            clusters = cluster_targets(features[self.loader.is_target], self.cfg, camids)
             payload = (relabel_with_clusters(self.loader, clusters), features)
         labels, features = comm.all_gather(payload)[0]  # the main worker's result, on every worker
         stats = self._check(labels)
