@@ -55,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--supervised", default=SUPERVISED, help="the supervised config (source and upper bound)")
     parser.add_argument("--uda", default=UDA, help="the label-free config")
-    parser.add_argument("--source-epochs", type=int, default=6, help="epochs of the two supervised runs")
+    parser.add_argument("--source-epochs", type=int, default=16, help="epochs of the two supervised runs")
     parser.add_argument("--uda-epochs", type=int, default=0, help="UDA epochs (0: the config's)")
     parser.add_argument("--reuse", action="store_true", help="reuse the finished source and supervised runs of "
                                                               "--output (their model_final.pth and log), e.g. to tune UDA")
