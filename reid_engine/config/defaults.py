@@ -334,6 +334,45 @@ _C.KD.EMA.ENABLED = False
 _C.KD.EMA.MOMENTUM = 0.999
 
 # ---------------------------------------------------------------------------- #
+# (ours) Label-free training: pseudo labels by clustering (docs/label_free.md)
+# ---------------------------------------------------------------------------- #
+_C.PSEUDO = CN()
+# Train on pseudo labels: every PERIOD epochs the target sets' training images are embedded,
+# clustered (k-reciprocal Jaccard distance + DBSCAN) and the cluster memory reset from the clusters.
+_C.PSEUDO.ENABLED = False
+# Training sets of DATASETS.NAMES whose labels are hidden and replaced by clusters; empty = all of
+# them (USL / UDA). The other sets of DATASETS.NAMES train with their labels (joint training).
+_C.PSEUDO.TARGETS = []
+# Epochs between two clusterings (the first is at the start of training).
+_C.PSEUDO.PERIOD = 1
+# Iterations per epoch; 0 = training images // SOLVER.IMS_PER_BATCH (the supervised rule).
+_C.PSEUDO.ITERS_PER_EPOCH = 200
+# DBSCAN on the Jaccard distance: neighbourhood radius and core-point neighbours (itself included).
+_C.PSEUDO.EPS = 0.6
+_C.PSEUDO.MIN_SAMPLES = 4
+# k-reciprocal neighbours (k1) and query expansion (k2) of the Jaccard distance.
+_C.PSEUDO.K1 = 30
+_C.PSEUDO.K2 = 6
+# Feature rows per block of the bounded-memory Jaccard computation; 0 = automatic.
+_C.PSEUDO.CHUNK_SIZE = 0
+# Cluster camera-normalised features: each camera's mean feature is subtracted (then rows renormalised)
+# before the Jaccard distance, so that strong camera styles do not make the clusters cameras.
+_C.PSEUDO.CAMERA_NORM = False
+# Cluster memory (MODEL.META_ARCHITECTURE ClusterContrast): softmax temperature, momentum of the
+# per-batch centroid update, and "mean" (all batch features of a cluster) or "hard" (its hardest).
+_C.PSEUDO.MEMORY = CN()
+_C.PSEUDO.MEMORY.TEMP = 0.05
+_C.PSEUDO.MEMORY.MOMENTUM = 0.1
+_C.PSEUDO.MEMORY.MODE = "mean"
+# Camera-aware proxies (CAP): per-camera sub-cluster proxies with intra- and inter-camera contrast.
+_C.PSEUDO.CAMERA_PROXY = CN()
+_C.PSEUDO.CAMERA_PROXY.ENABLED = False
+_C.PSEUDO.CAMERA_PROXY.TEMP = 0.07
+_C.PSEUDO.CAMERA_PROXY.MOMENTUM = 0.2
+_C.PSEUDO.CAMERA_PROXY.HARD_NEGATIVES = 50
+_C.PSEUDO.CAMERA_PROXY.WEIGHT = 0.5
+
+# ---------------------------------------------------------------------------- #
 # Misc
 # ---------------------------------------------------------------------------- #
 # (ours) >= 0 makes runs repeatable; each worker gets SEED + rank.

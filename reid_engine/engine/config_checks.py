@@ -13,6 +13,7 @@ from ..solver.optimizer import check_optimizer_config
 from ..utils.checkpoint import CheckpointScheduleError
 from ..utils.file_io import check_writable_dir
 from ..utils.registry import check_choice
+from .hooks.pseudo_labels import check_pseudo_config
 from .train_loop import AMP_DTYPE_NAMES
 
 __all__ = ["check_config_values"]
@@ -25,7 +26,7 @@ def check_config_values(cfg: CfgNode) -> None:
     what the architecture builds (backbone name, depth and norm, head name, pooling,
     classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
     SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD, TEST.METRIC and
-    SOLVER.CHECKPOINT_MAX_TO_KEEP; INPUT.* through the transform builder; and that OUTPUT_DIR
+    SOLVER.CHECKPOINT_MAX_TO_KEEP, PSEUDO.*; INPUT.* through the transform builder; and that OUTPUT_DIR
     can be created and written (nothing is created here).
 
     Args:
@@ -40,6 +41,7 @@ def check_config_values(cfg: CfgNode) -> None:
     check_lr_scheduler_config(cfg)
     check_metric(cfg.TEST.METRIC)
     check_choice(cfg.SOLVER.AMP.DTYPE, AMP_DTYPE_NAMES, "SOLVER.AMP.DTYPE")
+    check_pseudo_config(cfg)
     _check_checkpoint_config(cfg)
     if cfg.OUTPUT_DIR:
         check_writable_dir(cfg.OUTPUT_DIR, "OUTPUT_DIR")

@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..config import CfgNode
 from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
+from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
     DatasetEvaluator,
     ExpectedResultsError,
@@ -32,6 +33,7 @@ from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from . import hooks
 from .compile_guard import CompileGuard
+from .hooks.pseudo_labels import PseudoLabeler
 from .rank_vis import write_rank_vis
 from .setup import default_argument_parser, default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
@@ -215,9 +217,9 @@ class DefaultTrainer(TrainerBase):
                                        + ": look at the evaluation above, or change the expectation")
 
     def build_hooks(self) -> List[hooks.HookBase]:
-        """The default hooks, in order: timer, LR scheduler, compile guard, EMA teacher, PreciseBN, LayerFreeze,
-        evaluation, best checkpoint, writers, periodic checkpoints, preemption (SIGTERM / SIGUSR1
-        / SIGINT: checkpoint and stop).
+        """The default hooks, in order: pseudo labels (PSEUDO.ENABLED), timer, LR scheduler, compile guard,
+        EMA teacher, PreciseBN, LayerFreeze, evaluation, best checkpoint, writers, periodic checkpoints,
+        preemption (SIGTERM / SIGUSR1 / SIGINT: checkpoint and stop).
 
         The periodic checkpoint comes last so that the state it saves already holds
         this iteration's evaluation and best metric, and writers run before it so a
@@ -231,6 +233,9 @@ class DefaultTrainer(TrainerBase):
         ipe = self.iters_per_epoch
         ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler(),
                                                self.compile_guard]
+        if cfg.PSEUDO.ENABLED:  # first, so the clustering time stays out of the iteration times
+            loader = getattr(self.data_loader, "loader", self.data_loader)  # under a DevicePrefetcher
+            ret.insert(0, PseudoLabeler(self.cfg, loader, cfg.PSEUDO.PERIOD * ipe))
         if getattr(comm.unwrap_model(self.model), "has_ema_teacher", False):
             ret.append(hooks.EMATeacher(self.model))
 
@@ -289,8 +294,10 @@ class DefaultTrainer(TrainerBase):
 
     @classmethod
     def build_train_loader(cls, cfg: CfgNode):
-        """Build the training loader over DATASETS.NAMES."""
+        """Build the training loader over DATASETS.NAMES (with PSEUDO.ENABLED, the label-free one)."""
         logger.info("Prepare training set")
+        if cfg.PSEUDO.ENABLED:
+            return build_pseudo_train_loader(cfg)
         return build_reid_train_loader(cfg)
 
     @classmethod
@@ -356,7 +363,10 @@ class DefaultTrainer(TrainerBase):
     # ------------------------------------------------------------------ scaling
     @staticmethod
     def compute_iters_per_epoch(cfg: CfgNode, num_train_images: int) -> int:
-        """Iterations per epoch: training images // global batch (at least 1)."""
+        """Iterations per epoch: training images // global batch (at least 1), or
+        PSEUDO.ITERS_PER_EPOCH in label-free training (the images trained on change with the clusters)."""
+        if cfg.PSEUDO.ENABLED and cfg.PSEUDO.ITERS_PER_EPOCH > 0:
+            return int(cfg.PSEUDO.ITERS_PER_EPOCH)
         return max(1, num_train_images // cfg.SOLVER.IMS_PER_BATCH)
 
     @staticmethod
