@@ -172,6 +172,10 @@ class DefaultTrainer(TrainerBase):
     def data_loader(self):
         return self._trainer.data_loader
 
+    def restart_data_stream(self) -> None:
+        """Make the next step iterate the data loader afresh (see SimpleTrainer.restart_data_stream)."""
+        self._trainer.restart_data_stream()
+
     def run_step(self) -> None:
         self._trainer.iter = self.iter
         self._trainer.run_step()

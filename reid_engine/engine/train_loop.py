@@ -294,6 +294,14 @@ class SimpleTrainer(TrainerBase):
             self._data_loader_iter_obj = iter(self.data_loader)
         return self._data_loader_iter_obj
 
+    def restart_data_stream(self) -> None:
+        """Drop the current iterator over the data loader: the next step starts a new one.
+
+        For hooks that change what the loader yields (e.g. new pseudo labels), since an
+        iterator, or a prefetcher over it, may already hold batches of the old stream.
+        """
+        self._data_loader_iter_obj = None
+
     def _autocast(self):
         """Context manager for the forward pass; plain precision here."""
         return contextlib.nullcontext()
@@ -407,7 +415,7 @@ class SimpleTrainer(TrainerBase):
         if "data_loader" in state_dict:
             if hasattr(self.data_loader, "load_state_dict"):
                 self.data_loader.load_state_dict(state_dict["data_loader"])
-                self._data_loader_iter_obj = None  # the next step iterates the restored stream
+                self.restart_data_stream()  # the next step iterates the restored stream
             else:
                 logger.warning("The checkpoint holds a data loader state but this data loader "
                                "cannot load one: the data stream restarts")

@@ -307,6 +307,17 @@ def test_loader_state_loaded_after_iteration_started_restarts_the_stream():
     assert trainer.data_loader.position == 1
 
 
+def test_restart_data_stream_makes_the_next_step_iterate_the_loader_afresh():
+    trainer = make_trainer()
+    trainer.train(0, 2)
+    old_stream = trainer._data_loader_iter
+    trainer.data_loader.position = 10  # what a hook that changes the loader's stream would do
+    trainer.restart_data_stream()
+    trainer.train(2, 3)
+    assert trainer._data_loader_iter is not old_stream
+    assert trainer.data_loader.position == 11  # the new iterator read from the new position
+
+
 def test_amp_trainer_bfloat16_on_cpu_and_float16_fallback():
     with capture_logs() as logs:
         trainer = make_trainer(trainer_cls=AMPTrainer, precision=torch.float16)

@@ -197,7 +197,7 @@ class PseudoLabeler(HookBase):
         self.loader.set_labels(labels, round_index)
         # The step trainer iterates the loader (or a device prefetcher over it, which reads a batch
         # ahead): it must start over on the new stream.
-        self.trainer._trainer._data_loader_iter_obj = None
+        self.trainer.restart_data_stream()
         self.labels, self.round = labels, round_index
 
     def _quality(self, labels: np.ndarray) -> Dict[str, float]:
