@@ -58,6 +58,28 @@ def _stable_nearest(dist: torch.Tensor, k: int) -> torch.Tensor:
     return idx.gather(1, order)
 
 
+def _nearest_normalised(dist: torch.Tensor, row_max: torch.Tensor, k: int) -> torch.Tensor:
+    """``_stable_nearest(dist / row_max[:, None], k)`` without dividing the whole block.
+
+    Division by a positive row constant keeps the order of a row but can merge nearly equal
+    values into ties. So the k + 1 smallest raw values are normalised: where the (k+1)-th
+    normalised value is above the k-th, the first k are exactly the row's k nearest, and only
+    they need ordering by (normalised distance, index); the other rows (a tie at the boundary)
+    take the exact path.
+    """
+    n = dist.shape[1]
+    if k >= n:
+        return _stable_nearest(dist / row_max[:, None], k)
+    values, idx = torch.topk(dist, k + 1, dim=1, largest=False, sorted=True)
+    exact = (values[:, k - 1] / row_max == values[:, k] / row_max).nonzero().flatten()
+    idx = torch.sort(idx[:, :k], dim=1).values  # index order, then a stable sort by distance
+    order = torch.sort(dist.gather(1, idx) / row_max[:, None], dim=1, stable=True).indices
+    idx = idx.gather(1, order)
+    if exact.numel():
+        idx[exact] = _stable_nearest(dist.index_select(0, exact) / row_max[exact, None], k)
+    return idx
+
+
 def _reciprocal(neighbours: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
     """Mask of R(p, k) within the first k + 1 neighbours: g in N(p) and p in N(g)."""
     nb = neighbours[:, : k + 1]
@@ -83,7 +105,8 @@ def _pair_distances(feats: torch.Tensor, term: torch.Tensor, row_max: torch.Tens
     out = torch.empty(rows.numel(), dtype=torch.float32, device=feats.device)
     for s in range(0, rows.numel(), chunk):
         r, c = rows[s:s + chunk], cols[s:s + chunk]
-        dot = (feats[r].float() * feats[c].float()).sum(1)
+        # index_select and one fused dot: advanced indexing and a product then a sum cost ~1.3x on the CPU
+        dot = torch.linalg.vecdot(feats.index_select(0, r).float(), feats.index_select(0, c).float())
         if metric == "cosine":
             d = 1.0 - dot * term[r] * term[c]
         else:
@@ -181,7 +204,7 @@ def _pool_v(feats: torch.Tensor, k1: int, k2: int, metric: str, chunk: int):
         block_max = block.amax(1).float()
         block_max = torch.where(block_max > 0, block_max, torch.ones_like(block_max))  # an item equal to the whole pool
         maxima.append(block_max)
-        nearest.append(_stable_nearest(block / block_max[:, None], k_near))
+        nearest.append(_nearest_normalised(block, block_max, k_near))
     row_max, neighbours = torch.cat(maxima), torch.cat(nearest)
     logger.info("re-ranking: neighbour lists of %d items ready", n)
     v_rows, v_cols, v_vals = _build_v(feats, term, row_max, neighbours, k1, k2, metric, chunk)

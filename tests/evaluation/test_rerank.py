@@ -83,3 +83,26 @@ def test_bad_parameters():
     qf, gf = _pool(4, 3, 10)
     with pytest.raises(ValueError, match="TEST.RERANK"):
         k_reciprocal_rerank(qf, gf, k1=0)
+
+
+def test_nearest_of_normalised_rows_without_dividing_the_block_is_exact():
+    """The fast neighbour search equals ranking the divided block by (value, index), also
+    where raw values tie and where division merges distinct raw values into ties."""
+    from reid_engine.evaluation.rerank import _nearest_normalised, _stable_nearest
+
+    gen = torch.Generator().manual_seed(0)
+    dist = torch.randint(0, 12, (64, 50), generator=gen).float() / 7.0  # many exact ties
+    row_max = dist.amax(1) + torch.rand(64, generator=gen)
+    # Row 0: raw values one ulp apart that the division by 3 makes equal, across the boundary.
+    base = torch.tensor(1.5001449584960938)
+    dist[0] = 2.0
+    dist[0, :5] = 0.5
+    dist[0, 40] = base
+    dist[0, 7] = torch.nextafter(base, torch.tensor(3.0))
+    row_max[0] = 3.0
+    assert dist[0, 7] / 3.0 == dist[0, 40] / 3.0 and dist[0, 7] != dist[0, 40]
+    for k in (1, 5, 6, 13, 49, 50):
+        expected = _stable_nearest(dist / row_max[:, None], k)
+        assert torch.equal(_nearest_normalised(dist, row_max, k), expected), k
+    # k = 6 on row 0: the tie made by the division is broken by index (7 before 40)
+    assert _nearest_normalised(dist, row_max, 6)[0].tolist() == [0, 1, 2, 3, 4, 7]
