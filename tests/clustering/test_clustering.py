@@ -90,6 +90,22 @@ def test_dbscan_equals_sklearn_on_the_dense_matrix(eps, min_samples):
     assert seen == list(range(len(seen))) and sorted(firsts) == seen
 
 
+@pytest.mark.parametrize("eps", [0.3, 0.6, 0.75])
+def test_the_hook_clusters_a_graph_cut_at_eps_as_the_full_graph(eps):
+    """cluster_targets keeps only the pairs within PSEUDO.EPS: the labels of the full graph."""
+    from reid_engine.config import get_cfg
+    from reid_engine.engine.hooks.pseudo_labels import cluster_targets
+
+    feats, _ = _clustered(4, n=80, duplicates=True)
+    feats = torch.nn.functional.normalize(feats, dim=1)
+    cfg = get_cfg()
+    cfg.PSEUDO.K1, cfg.PSEUDO.K2, cfg.PSEUDO.EPS, cfg.PSEUDO.MIN_SAMPLES = 10, 4, eps, 3
+    full = dbscan_pseudo_labels(jaccard_distance_graph(feats, k1=10, k2=4), eps, 3)
+    labels = cluster_targets(feats.numpy(), cfg)
+    np.testing.assert_array_equal(labels, full)
+    assert len(set(full.tolist()) - {-1}) >= 2  # a real clustering, not all outliers
+
+
 def test_dbscan_duplicates_count_as_neighbours():
     # Three identical points and one far away: the zeros between the three are neighbours.
     feats = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [-1.0, 0.0]])

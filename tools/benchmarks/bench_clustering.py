@@ -87,7 +87,8 @@ def main(argv=None):
           f"{args.threads} thread(s); peak RSS with the features: {rss_before:.2f} GB")
 
     start, cpu = time.perf_counter(), time.process_time()
-    graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2)
+    # as the pseudo-label hook does: only the pairs DBSCAN can use (within eps) are kept
+    graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=min(1.0, args.eps + 1e-6))
     graph_s, graph_cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"jaccard_distance_graph (k1 {args.k1}, k2 {args.k2}): {graph_s:.1f} s ({graph_cpu:.1f} CPU s), "
           f"{graph.nnz:,} stored pairs ({graph.nnz / args.num:.0f} per row, "

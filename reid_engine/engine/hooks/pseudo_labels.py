@@ -111,7 +111,9 @@ def cluster_targets(features: np.ndarray, cfg, camids: Optional[np.ndarray] = No
     p = cfg.PSEUDO
     if p.CAMERA_NORM:
         features = camera_normalized(features, camids)
-    graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=1.0,
+    # DBSCAN only looks at pairs within EPS: the graph keeps just those (the float32 margin
+    # keeps every pair DBSCAN's float64 comparison accepts), a fraction of the pairs below 1.
+    graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=min(1.0, p.EPS + 1e-6),
                                    chunk_size=p.CHUNK_SIZE or None)
     return dbscan_pseudo_labels(graph, p.EPS, p.MIN_SAMPLES)
 
