@@ -14,7 +14,6 @@ from torch.utils._pytree import tree_map_only
 from reid_engine.utils import comm
 from reid_engine.utils.compiled import is_compiled, kept_output, mark_step_begin
 from reid_engine.utils.errors import ReidUserError
-from reid_engine.utils.logger import log_every_n_seconds
 
 __all__ = [
     "ExpectedResultsError",
@@ -197,6 +196,7 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
     start_time = time.perf_counter()
     timed_start, timed_images, compute_time = start_time, 0, 0.0
     with inference_context(model), torch.no_grad():
+        last_progress = None
         for idx, inputs in enumerate(data_loader):
             if idx == warmup:
                 timed_start, timed_images, compute_time = time.perf_counter(), 0, 0.0
@@ -219,7 +219,12 @@ def inference_on_dataset(model, data_loader, evaluator: Optional[DatasetEvaluato
                     progress = f"{progress_label} {idx + 1}/{total} batches: {speed:.1f} images/s, ETA={eta}"
                 else:
                     progress = f"{progress_label} {idx + 1} batches: {speed:.1f} images/s"
-                log_every_n_seconds(logging.INFO, progress, n=_PROGRESS_PERIOD, name=__name__)
+                # Throttled per run, not per call site: every run logs its first timed batch,
+                # even right after another run (e.g. the pseudo-label extraction after an evaluation).
+                now = time.perf_counter()
+                if last_progress is None or now - last_progress >= _PROGRESS_PERIOD:
+                    logger.info(progress)
+                    last_progress = now
     total_time = time.perf_counter() - start_time
     timed = max(timed_images, 1)
     logger.info(

@@ -69,6 +69,15 @@ def test_eval_mode_no_grad_and_training_mode_restored():
     assert not model.training
 
 
+def test_every_run_logs_its_first_progress_line_even_right_after_another(caplog):
+    model = LeftRightModel()
+    with caplog.at_level(logging.INFO, logger="reid_engine.evaluation.evaluator"):
+        inference_on_dataset(model, _batches(n=8), None, progress_label="First run")
+        inference_on_dataset(model, _batches(n=8), None, progress_label="Second run")
+    text = caplog.text
+    assert "First run" in text and "Second run" in text  # not throttled across runs
+
+
 def test_training_mode_restored_on_error():
     class Failing(LeftRightModel):
         def forward(self, batch):
