@@ -20,7 +20,7 @@ from reid_engine.utils.comm import unwrap_model
 from reid_engine.utils.registry import check_choice
 
 __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model",
-           "uncompile_model", "eager_calls", "inductor_cache_dir"]
+           "uncompile_model", "eager_calls", "inductor_cache_dir", "disable_eager_methods"]
 
 COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 # Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
@@ -80,12 +80,34 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.
     check_choice(backend, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
     if mode in ("auto", "off"):
         raise ValueError(f"compile_model needs a torch.compile mode, got {mode!r}")
+    disable_eager_methods(model)
     if backend == "inductor":
         inductor_cache_dir()
         model.compile(mode=None if mode == "default" else mode)
     else:
         model.compile(backend=backend)
     return model
+
+
+_EAGER_PATCHED = set()
+
+
+def disable_eager_methods(model: nn.Module) -> None:
+    """Make the methods that a module class lists in ``EAGER_METHODS`` run eager in a compiled model.
+
+    Applies ``torch.compiler.disable`` to each, once, on the class that defines it. This happens
+    when a model is compiled rather than with a decorator at import time, since any use of
+    ``torch.compiler.disable`` imports torch._dynamo (about 1 s of every command's start-up).
+
+    Args:
+        model: the model about to be compiled (its submodules are searched too).
+    """
+    for module in model.modules():
+        for name in getattr(type(module), "EAGER_METHODS", ()):
+            owner = next(k for k in type(module).__mro__ if name in k.__dict__)
+            if (owner, name) not in _EAGER_PATCHED:
+                setattr(owner, name, torch.compiler.disable(owner.__dict__[name]))
+                _EAGER_PATCHED.add((owner, name))
 
 
 def inductor_cache_dir() -> str:

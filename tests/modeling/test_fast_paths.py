@@ -93,3 +93,14 @@ def test_auto_compiles_cuda_training_in_cuda_graphs_and_keeps_the_cpu_and_eager_
     mode, reason = resolve_compile_mode("auto", torch.device("cuda"), EagerOnly())
     assert mode == "off" and "EagerOnly" in reason and "queue" in reason
     assert resolve_compile_mode("default", torch.device("cuda"), EagerOnly())[0] == "default"  # explicit wins
+
+
+@pytest.mark.slow
+def test_importing_the_engine_does_not_import_dynamo():
+    """torch._dynamo costs about 1 s of every command's start-up: only compiling loads it."""
+    import subprocess
+    import sys
+
+    code = "import sys, reid_engine.engine, reid_engine.modeling; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

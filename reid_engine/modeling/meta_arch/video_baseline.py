@@ -55,10 +55,13 @@ class VideoBaseline(Baseline):
         maps = self.backbone(frames) if self.training else self._eval_frame_maps(frames)
         return self.temporal_pool(maps.unflatten(0, (b, t)))
 
-    @torch.compiler.disable
+    # Eager even in a compiled model: evaluation tracklets come in every length (TEST.SAMPLE_METHOD
+    # all), and each length (and chunk count) would compile, and record a CUDA graph, of its own.
+    # compile_model applies torch.compiler.disable to these methods (a decorator here would import
+    # torch._dynamo, about 1 s, whenever the package is imported).
+    EAGER_METHODS = ("_eval_frame_maps",)
+
     def _eval_frame_maps(self, frames: torch.Tensor) -> torch.Tensor:
-        # Eager even in a compiled model: evaluation tracklets come in every length (TEST.SAMPLE_METHOD
-        # all), and each length (and chunk count) would compile, and record a CUDA graph, of its own.
         return torch.cat([self.backbone(chunk) for chunk in frames.split(EVAL_FRAME_CHUNK)])
 
     def forward(self, batch: Union[Mapping[str, torch.Tensor], torch.Tensor]
