@@ -4,7 +4,8 @@ ground truth.
 
 - :func:`jaccard_distance_graph`: the sparse (N, N) Jaccard distance graph, in bounded
   memory (the machinery of ``evaluation.rerank``);
-- :func:`dbscan_pseudo_labels`: scikit-learn's DBSCAN on that graph, labels 0..C-1 and -1;
+- :func:`dbscan_pseudo_labels`: scikit-learn's DBSCAN on that graph, labels 0..C-1 and -1
+  (:func:`dbscan_max_distance`: the graph's cut-off that keeps all DBSCAN uses);
 - :func:`cluster_centroids`: the normalised mean feature of each cluster;
 - :func:`pseudo_label_quality`: NMI, ARI and pairwise precision / recall / F1.
 
@@ -12,7 +13,7 @@ This package knows only ``utils`` and the public functions of ``evaluation``.
 """
 
 from .graph import jaccard_distance_graph
-from .labels import cluster_centroids, dbscan_pseudo_labels
+from .labels import cluster_centroids, dbscan_max_distance, dbscan_pseudo_labels
 from .quality import pseudo_label_quality
 
-__all__ = ["jaccard_distance_graph", "dbscan_pseudo_labels", "cluster_centroids", "pseudo_label_quality"]
+__all__ = ["jaccard_distance_graph", "dbscan_pseudo_labels", "dbscan_max_distance", "cluster_centroids", "pseudo_label_quality"]

@@ -5,7 +5,24 @@ import scipy.sparse
 import torch
 import torch.nn.functional as F
 
-__all__ = ["dbscan_pseudo_labels", "cluster_centroids"]
+__all__ = ["dbscan_pseudo_labels", "dbscan_max_distance", "cluster_centroids"]
+
+
+def dbscan_max_distance(eps: float) -> float:
+    """The ``max_distance`` of :func:`jaccard_distance_graph` that keeps every pair DBSCAN can use.
+
+    DBSCAN looks only at pairs within ``eps``, so a graph cut there gives the labels of the
+    full graph with a fraction of its pairs. The graph compares float32 distances with its
+    bound (``<``) and DBSCAN compares them with ``eps`` in float64 (``<=``): the small margin
+    keeps a pair whose float32 distance rounds to ``eps``.
+
+    Args:
+        eps: the DBSCAN radius (below 1: pairs at distance 1 are never stored).
+
+    Returns:
+        float: the bound to pass as ``max_distance``.
+    """
+    return min(1.0, eps + 1e-6)
 
 
 def dbscan_pseudo_labels(graph: scipy.sparse.csr_matrix, eps: float, min_samples: int) -> np.ndarray:
@@ -13,7 +30,8 @@ def dbscan_pseudo_labels(graph: scipy.sparse.csr_matrix, eps: float, min_samples
 
     Stored entries (explicit zeros included) are the candidate neighbours; a missing
     entry is farther than any ``eps`` (the graph of :func:`jaccard_distance_graph` keeps
-    every pair closer than its ``max_distance``, so use ``eps < max_distance``).
+    every pair closer than its ``max_distance``, so use ``eps < max_distance``, e.g.
+    :func:`dbscan_max_distance`).
 
     Args:
         graph: (N, N) sparse distances, e.g. from :func:`jaccard_distance_graph`.

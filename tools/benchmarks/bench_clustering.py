@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from reid_engine.clustering import dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
+from reid_engine.clustering import dbscan_max_distance, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
 
 TARGET_SECONDS, TARGET_GB = 60.0, 4.0
 
@@ -88,7 +88,7 @@ def main(argv=None):
 
     start, cpu = time.perf_counter(), time.process_time()
     # as the pseudo-label hook does: only the pairs DBSCAN can use (within eps) are kept
-    graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=min(1.0, args.eps + 1e-6))
+    graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=dbscan_max_distance(args.eps))
     graph_s, graph_cpu = time.perf_counter() - start, time.process_time() - cpu
     print(f"jaccard_distance_graph (k1 {args.k1}, k2 {args.k2}): {graph_s:.1f} s ({graph_cpu:.1f} CPU s), "
           f"{graph.nnz:,} stored pairs ({graph.nnz / args.num:.0f} per row, "

@@ -16,7 +16,13 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
-from ...clustering import cluster_centroids, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
+from ...clustering import (
+    cluster_centroids,
+    dbscan_max_distance,
+    dbscan_pseudo_labels,
+    jaccard_distance_graph,
+    pseudo_label_quality,
+)
 from ...config import ConfigError
 from ...data.pseudo_labels import PseudoLabelTrainLoader, pseudo_target_names, relabel_with_clusters
 from ...data.samplers import SAMPLER_REGISTRY
@@ -111,9 +117,7 @@ def cluster_targets(features: np.ndarray, cfg, camids: Optional[np.ndarray] = No
     p = cfg.PSEUDO
     if p.CAMERA_NORM:
         features = camera_normalized(features, camids)
-    # DBSCAN only looks at pairs within EPS: the graph keeps just those (the float32 margin
-    # keeps every pair DBSCAN's float64 comparison accepts), a fraction of the pairs below 1.
-    graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=min(1.0, p.EPS + 1e-6),
+    graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=dbscan_max_distance(p.EPS),
                                    chunk_size=p.CHUNK_SIZE or None)
     return dbscan_pseudo_labels(graph, p.EPS, p.MIN_SAMPLES)
 
