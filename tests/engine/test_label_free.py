@@ -83,11 +83,14 @@ def log_lines():
     handler = logging.Handler(logging.INFO)
     handler.emit = lambda record: lines.append(record.getMessage())
     log = logging.getLogger("reid_engine")
+    level = log.level  # an earlier in-process benchmark may have raised it (bench_engine_overhead)
+    log.setLevel(logging.INFO)
     log.addHandler(handler)
     try:
         yield lines
     finally:
         log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def assert_same_weights(a, b):
