@@ -21,6 +21,7 @@ from reid_engine.utils.registry import check_choice
 from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet, sample_rng
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
+from .image_cache import CACHE_CHOICES, build_image_cache
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
 from .transforms import build_transforms
@@ -272,8 +273,8 @@ def _build_train_sampler(cfg, items, domains: np.ndarray, batch_size: int,
 def check_data_config(cfg) -> None:
     """Check the enumerated data values (dataset names, sampler) without reading any data.
 
-    Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN, DATALOADER.ON_BAD_IMAGE and
-    INPUT.* (through the transform builder).
+    Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN, DATALOADER.ON_BAD_IMAGE,
+    DATALOADER.CACHE_IMAGES and INPUT.* (through the transform builder).
 
     Args:
         cfg: the config.
@@ -287,6 +288,7 @@ def check_data_config(cfg) -> None:
             dataset_class(name, key)
     SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
     check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")
+    check_choice(cfg.DATALOADER.CACHE_IMAGES, CACHE_CHOICES, "DATALOADER.CACHE_IMAGES")
     check_tracklet_config(cfg)
     for is_train in (True, False):  # building the pipelines only checks INPUT.* (cheap)
         build_transforms(cfg, is_train=is_train)
@@ -356,7 +358,8 @@ def build_reid_train_loader(cfg) -> TrainLoader:
         dataset = TrainTrackletSet(items, pipeline, num_classes, num_cameras, domains=domains,
                                    seq_len=cfg.INPUT.SEQ_LEN, method=cfg.INPUT.SAMPLE_METHOD, **options)
     else:
-        dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains, **options)
+        cache = build_image_cache(cfg, [path for path, _, _ in items], pipeline)
+        dataset = TrainImageSet(items, pipeline, num_classes, num_cameras, domains=domains, cache=cache, **options)
     if len(names) > 1:
         logger.info("Training domains: %s", ", ".join(
             f"{d} = {name} ({ds.num_train_pids} ids)" for d, (name, ds) in enumerate(zip(names, datasets))))
@@ -413,7 +416,8 @@ def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], 
 
 
 def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
-                                transform: Optional[Callable] = None, name: str = "") -> DataLoader:
+                                transform: Optional[Callable] = None, name: str = "",
+                                cache=None) -> DataLoader:
     """A loader over this rank's contiguous shard of `items`, in item order.
 
     Used for evaluation and for feature extraction of any list of images or tracklets
@@ -425,6 +429,9 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
         items: every `(path, pid, camid)` of the job, in order.
         transform: the image pipeline (default: `build_transforms(cfg, is_train=False)`).
         name: what the items are, named with the index of an unreadable image.
+        cache: an :class:`~reid_engine.data.image_cache.ImageCache` to read decoded images from
+            when it holds the pipeline's prefix (e.g. the training cache, for the label-free
+            hook's extraction), or None.
     Returns:
         DataLoader of `{"images", "targets", "camids", "img_paths"}` batches.
     """
@@ -434,7 +441,7 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
     sampler = InferenceSampler(len(items))
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     # Test loaders run now and then; non-persistent workers free their memory in between.
-    return DataLoader(ImageItemSet(items, pipeline, name=name),
+    return DataLoader(ImageItemSet(items, pipeline, name=name, cache=cache),
                       batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
                       collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
 

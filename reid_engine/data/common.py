@@ -84,22 +84,29 @@ class ImageItemSet(Dataset):
         transform: an :class:`~reid_engine.data.transforms.AugmentationPipeline`
             (a test pipeline: it is called without a generator).
         name: what the items are (e.g. "Market1501 query + gallery"), for error messages.
+        cache: an :class:`~reid_engine.data.image_cache.ImageCache` of the items' images
+            (DATALOADER.CACHE_IMAGES), used when it holds ``transform``'s prefix; None decodes
+            every time.
     """
 
-    def __init__(self, items: Sequence[Item], transform, name: str = ""):
+    def __init__(self, items: Sequence[Item], transform, name: str = "", cache=None):
         self.items = list(items)
         self.transform = transform
         self.name = name
+        self.cache = cache if cache is not None and cache.serves(transform) else None
 
     def __len__(self) -> int:
         return len(self.items)
 
     def load(self, index: int, rng: Optional[np.random.Generator]) -> Dict[str, Any]:
-        """Decode and transform item ``index`` with ``rng``; return the sample dict."""
+        """Decode (or take from the cache) and transform item ``index`` with ``rng``; return the sample dict."""
         path, pid, camid = self.items[index]
-        img = read_image(path, getattr(self.transform, "decode_size", None))
-        return {"image": self.transform(img, rng), "target": pid, "camid": camid,
-                "img_path": path}
+        cached = self.cache.lookup(path) if self.cache is not None else None
+        if cached is not None:
+            image = self.transform(cached, rng, from_prefix=True)
+        else:
+            image = self.transform(read_image(path, getattr(self.transform, "decode_size", None)), rng)
+        return {"image": image, "target": pid, "camid": camid, "img_path": path}
 
     def describe_item(self, index: int) -> str:
         """Where item ``index`` comes from, for messages: "item 12 of Market1501"."""
@@ -135,14 +142,15 @@ class TrainImageSet(ImageItemSet):
             file, its set and its index) or "skip" (it is replaced by another image of the
             same identity, so identity-balanced batches keep their P x K shape; the sample
             then lists what it replaced under ``"bad_images"``: ``(path, where, reason)``).
+        cache: the items' :class:`~reid_engine.data.image_cache.ImageCache` (or None).
     Raises:
         ValueError: ``domains`` is not one index per item.
     """
 
     def __init__(self, items: Sequence[Item], transform, num_classes: int, num_cameras: int,
                  domains: Optional[Sequence[int]] = None, domain_names: Sequence[str] = (),
-                 on_bad_image: str = "error"):
-        super().__init__(items, transform)
+                 on_bad_image: str = "error", cache=None):
+        super().__init__(items, transform, cache=cache)
         self.num_classes = int(num_classes)
         self.num_cameras = int(num_cameras)
         self.domains = (np.zeros(len(self.items), dtype=np.int64) if domains is None

@@ -20,6 +20,7 @@ from reid_engine.utils.registry import check_choice
 from .build import TrainCollator, TrainLoader, _build_train_sampler, _per_worker_batch
 from .common import BAD_IMAGE_POLICIES, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
+from .image_cache import build_image_cache
 from .transforms import build_transforms
 
 __all__ = ["PseudoLabelTrainLoader", "build_pseudo_train_loader", "pseudo_target_names", "relabel_with_clusters"]
@@ -84,6 +85,8 @@ class PseudoLabelTrainLoader(TrainLoader):
         self.base_seed = int(base_seed)
         self.domain_names = list(domain_names)
         self.round = -1
+        # One cache for every re-clustering: the images stay the same, only their labels change.
+        self.cache = build_image_cache(cfg, [path for path, _, _ in self.all_items], pipeline)
         placeholder = np.array([label for _, label, _ in self.all_items], dtype=np.int64)
         dataset, sampler = self._build(placeholder, _round_seed(self.base_seed, -1), int(batch_size))
         super().__init__(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers)
@@ -94,7 +97,8 @@ class PseudoLabelTrainLoader(TrainLoader):
                  in zip(self.all_items, labels.tolist(), keep.tolist()) if kept]
         domains = self.domains[keep]
         dataset = TrainImageSet(items, self.pipeline, int(labels.max()) + 1, self.num_cameras, domains=domains,
-                                domain_names=self.domain_names, on_bad_image=self.cfg.DATALOADER.ON_BAD_IMAGE)
+                                domain_names=self.domain_names, on_bad_image=self.cfg.DATALOADER.ON_BAD_IMAGE,
+                                cache=self.cache)
         return dataset, _build_train_sampler(self.cfg, items, domains, batch_size, seed)
 
     def set_labels(self, labels: np.ndarray, round_index: int) -> None:

@@ -80,8 +80,8 @@ class _FeatureCollector(DatasetEvaluator):
         return torch.cat(self._chunks).numpy() if self._chunks else np.zeros((0, 0), dtype=np.float32)
 
 
-def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extracting features"
-                           ) -> Tuple[int, np.ndarray]:
+def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extracting features",
+                           cache=None) -> Tuple[int, np.ndarray]:
     """Embed this worker's contiguous shard of `items` (all of them in a single process).
 
     Runs the evaluation's inference loop (`inference_on_dataset`: eval mode, flip test,
@@ -92,12 +92,14 @@ def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extrac
         items: all items of the job, in order: images, or ``(frame paths, pid, camid)``
             tracklets (one feature each, the model's pooling of the TEST.SAMPLE_METHOD frames).
         what: first words of the progress lines.
+        cache: an image cache to read from where it holds the test pipeline's prefix (see
+            ``build_reid_inference_loader``), or None.
     Returns:
         ``(begin, features)``: index of the shard's first item and its (n, D) float32
         features of unit norm, in item order (n may be 0 when there are more workers
         than items; D is then 0 too).
     """
-    loader = build_reid_inference_loader(predictor.cfg, items, predictor.transforms)
+    loader = build_reid_inference_loader(predictor.cfg, items, predictor.transforms, cache=cache)
     world = comm.get_world_size()
     label = f"{what} (worker {comm.get_rank()} of {world})" if world > 1 else what
     features = inference_on_dataset(predictor.model, loader, _FeatureCollector(), flip_test=predictor.flip,

@@ -64,6 +64,8 @@ def _cfg(root, workers=0, policy="error"):
     cfg.DATALOADER.NUM_INSTANCE = 2
     cfg.DATALOADER.NUM_WORKERS = workers
     cfg.DATALOADER.ON_BAD_IMAGE = policy
+    # Files break after the loader is built here (mid-training): a cache would hold their good copy.
+    cfg.DATALOADER.CACHE_IMAGES = "off"
     cfg.SOLVER.IMS_PER_BATCH = 4
     cfg.SEED = 3
     return cfg

@@ -42,15 +42,16 @@ def test_bench_train_gpu_variants_name_their_compile_mode(bench_module):
         mode("bf16+auto+compile".split("+"))
 
 
-def test_bench_train_loader_compares_per_image_and_batched_augmentation(bench_module, data_root, capsys):
+def test_bench_train_loader_compares_augmentation_placements_and_the_image_cache(bench_module, data_root, capsys):
     bench = bench_module("bench_train_loader")
     bench.main(["--config", os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml"), "--data-root", data_root,
                 "--images", "32", "--batches", "1", "--rounds", "1", "--workers", "0"])
     out = capsys.readouterr().out
-    assert "batch ops on cpu (main process)" in out, out
-    per_image = next(line for line in out.splitlines() if "per image" in line and line.split()[0] == "0")
-    batched = next(line for line in out.splitlines() if "batched" in line and line.split()[0] == "0")
-    assert float(per_image.split()[3]) > 0 and batched.rstrip().endswith("x"), out
+    assert "batch ops on cpu (main process)" in out and "cached image + augment, per image" in out, out
+    rows = {tuple(line.split()[:3]): line.split() for line in out.splitlines() if line.split()[:1] == ["0"]}
+    assert set(rows) == {("0", cache, placement) for cache in ("off", "on") for placement in ("per", "batched")}, out
+    assert float(rows["0", "off", "per"][4]) > 0 and rows["0", "off", "batched"][-1].endswith("x"), out
+    assert rows["0", "on", "per"][-1].endswith("x") and rows["0", "on", "batched"][-2].endswith("x"), out
 
 
 @pytest.mark.slow

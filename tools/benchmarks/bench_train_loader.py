@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Benchmark the training loader: JPEG decode + augmentations, per image or batched on the device.
+"""Benchmark the training loader: JPEG decode + augmentations, per image or batched on the device,
+with and without the decoded-image cache (DATALOADER.CACHE_IMAGES).
 
 By default writes a Market-1501-style folder of small JPEGs (128x64 and 128x48, like Market's
 crops) into a temporary data root and uses the BoT input recipe at 256x128; ``--config`` takes
@@ -11,8 +12,10 @@ measures
    per-image pipeline; on: the workers only decode and resize, and :class:`BatchAugmentation`
    applies them to the batch on ``--device``, timed separately);
 2. ``build_reid_train_loader`` with 0, 1, ... N loader workers, each count with both
-   placements, in interleaved rounds (the batched placement includes the batch ops in the
-   main process, as the trainer runs them); medians over the rounds and their ratio.
+   placements and each ``--cache`` setting, in interleaved rounds (the batched placement
+   includes the batch ops in the main process, as the trainer runs them; the cache is filled
+   when the loader is built, before the timed batches: its fill time is printed apart);
+   medians over the rounds and their ratios.
 
 Images per second are given against wall time and against CPU time (the CPU seconds the
 decoding processes spent), since on a shared machine the wall rate reflects the load of
@@ -21,7 +24,7 @@ least 1,000 images/s per worker process.
 
 Usage:
     python tools/benchmarks/bench_train_loader.py [--images 3000] [--batches 40]
-        [--workers 0 1 2] [--rounds 3] [--keep DIR]
+        [--workers 0 1 2] [--rounds 3] [--cache off on] [--keep DIR]
     python tools/benchmarks/bench_train_loader.py --config configs/SyntheticReID/bagtricks_R18-half-ibn.yml \
         --data-root datasets [--device cpu]
 """
@@ -92,11 +95,13 @@ def bot_config(root: str, workers: int):
     return cfg
 
 
-def with_placement(cfg, workers: int, batched: bool, device: str = "cpu"):
-    """A copy of ``cfg`` with ``workers`` loader workers and the three ops per image or batched."""
+def with_placement(cfg, workers: int, batched: bool, device: str = "cpu", cache: str = "off"):
+    """A copy of ``cfg`` with ``workers`` loader workers, the three ops per image or batched, and
+    DATALOADER.CACHE_IMAGES ``cache``."""
     cfg = cfg.clone()
     cfg.defrost()
     cfg.DATALOADER.NUM_WORKERS = workers
+    cfg.DATALOADER.CACHE_IMAGES = cache
     cfg.INPUT.DEVICE_AUGMENT = "on" if batched else "off"
     cfg.MODEL.DEVICE = device
     return cfg
@@ -135,6 +140,10 @@ def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, t
                                                            sample_rng(0, 0, i))),
         ("decode + augment, batched", lambda i: workers_only(read_image(paths[i], workers_only.decode_size),
                                                             sample_rng(0, 0, i))))
+    if per_image.prefix_size() is not None:  # what a worker does with DATALOADER.CACHE_IMAGES
+        cached = [per_image.prefix(img) for img in decoded]
+        stages += (("cached image + augment, per image",
+                    lambda i: per_image(cached[i % len(cached)], sample_rng(0, 0, i), from_prefix=True)),)
     samples: Dict[str, List[tuple]] = {}
     for _ in range(rounds):
         for name, fn in stages:
@@ -176,7 +185,9 @@ def _children_cpu_seconds() -> float:
 def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
     """Iterate ``batches`` batches after a warm-up, applying the batch ops as the trainer does
     (when the config moves them); return throughput figures."""
+    build = time.perf_counter()
     loader = build_reid_train_loader(cfg)
+    build = time.perf_counter() - build
     workers = cfg.DATALOADER.NUM_WORKERS
     augment = build_batch_augmentation(cfg, device, seed=0)
     iterator = iter(loader)
@@ -201,7 +212,7 @@ def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
     return {"images/s": images / wall,
             "images/s per worker": images / wall / max(workers, 1),
             "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan"),
-            "batch ops ms/batch": 1000 * augment_seconds / batches}
+            "batch ops ms/batch": 1000 * augment_seconds / batches, "build s": build}
 
 
 def main(argv: List[str] = None) -> None:
@@ -217,6 +228,8 @@ def main(argv: List[str] = None) -> None:
     parser.add_argument("--workers", type=int, nargs="+",
                         default=sorted({0, 1, 2, os.cpu_count() or 1}),
                         help="loader worker counts to measure")
+    parser.add_argument("--cache", nargs="+", default=["off", "on"], choices=["off", "on"],
+                        help="DATALOADER.CACHE_IMAGES settings to measure")
     parser.add_argument("--keep", default="", help="write the images here and keep them")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -246,21 +259,27 @@ def main(argv: List[str] = None) -> None:
         runs: Dict[tuple, List[Dict[str, float]]] = {}
         for _ in range(args.rounds):
             for workers in args.workers:
-                for batched in (False, True):
-                    r = bench_loader(with_placement(cfg, workers, batched, args.device), args.batches, args.device)
-                    runs.setdefault((workers, batched), []).append(r)
-        print(f"  {'workers':>7s} {'placement':>10s} {'images/s':>10s} {'per worker':>11s} {'per worker CPU-s':>17s}"
-              f" {'vs 1000/worker':>15s} {'batch ops ms':>13s} {'batched/per image':>18s}")
-        for (workers, batched), results in runs.items():
+                for cache in args.cache:
+                    for batched in (False, True):
+                        r = bench_loader(with_placement(cfg, workers, batched, args.device, cache), args.batches,
+                                         args.device)
+                        runs.setdefault((workers, cache, batched), []).append(r)
+        print(f"  {'workers':>7s} {'cache':>5s} {'placement':>10s} {'images/s':>10s} {'per worker':>11s} "
+              f"{'per worker CPU-s':>17s} {'vs 1000/worker':>15s} {'batch ops ms':>13s} {'build s':>8s} "
+              f"{'batched/per image':>18s} {'cached/decoded':>15s}")
+        for (workers, cache, batched), results in runs.items():
             median = {key: statistics.median(r[key] for r in results) for key in results[0]}
             rate = median["images per worker CPU-s"]
-            ratio = ""
-            if batched:
-                per_image = statistics.median(r["images/s"] for r in runs[(workers, False)])
-                ratio = f"{median['images/s'] / per_image:17.2f}x"
-            print(f"  {workers:7d} {'batched' if batched else 'per image':>10s} {median['images/s']:10.0f} "
+            ratios = []
+            for other in ((workers, cache, False) if batched else None, (workers, "off", batched) if cache == "on" else None):
+                if other is None or other not in runs:
+                    ratios.append("")
+                else:
+                    ratios.append(f"{median['images/s'] / statistics.median(r['images/s'] for r in runs[other]):.2f}x")
+            print(f"  {workers:7d} {cache:>5s} {'batched' if batched else 'per image':>10s} {median['images/s']:10.0f} "
                   f"{median['images/s per worker']:11.0f} {rate:17.0f} {rate / TARGET_PER_WORKER:14.2f}x "
-                  f"{median['batch ops ms/batch']:13.1f} {ratio}", flush=True)
+                  f"{median['batch ops ms/batch']:13.1f} {median['build s']:8.1f} {ratios[0]:>18s} {ratios[1]:>15s}",
+                  flush=True)
 
 
 if __name__ == "__main__":

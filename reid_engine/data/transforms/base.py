@@ -28,6 +28,9 @@ class Transform:
     """Base class of the ops: ``op(img, rng) -> img`` on the image type ``input_kind``."""
 
     input_kind = "array"
+    #: True for ops whose output depends on the image only (no rng): a pipeline's leading run
+    #: of them can be computed once per image and cached (DATALOADER.CACHE_IMAGES)
+    deterministic = False
 
     def __call__(self, img, rng: Optional[np.random.Generator] = None):
         raise NotImplementedError
@@ -129,16 +132,45 @@ class AugmentationPipeline:
         self.batch_ops = list(batch_ops)
         self.decode_size = decode_size
 
-    def __call__(self, img, rng: Optional[np.random.Generator] = None) -> torch.Tensor:
+    @property
+    def prefix_length(self) -> int:
+        """How many leading sample ops are deterministic (the part :meth:`prefix` applies)."""
+        count = 0
+        for op in self.sample_ops:
+            if not op.deterministic:
+                break
+            count += 1
+        return count
+
+    def prefix_size(self) -> Optional[Tuple[int, int]]:
+        """``(height, width)`` every image has after :meth:`prefix`, or None when that size
+        depends on the image (no leading resize or crop to a fixed size)."""
+        length = self.prefix_length
+        return getattr(self.sample_ops[length - 1], "size", None) if length else None
+
+    def prefix_signature(self) -> Tuple:
+        """What :meth:`prefix` computes: the decode size and the prefix ops (two pipelines with the
+        same signature give the same prefix output, so they can share an image cache)."""
+        return (self.decode_size, tuple(repr(op) for op in self.sample_ops[:self.prefix_length]))
+
+    def prefix(self, img) -> np.ndarray:
+        """Apply the leading deterministic ops; return the (H, W, 3) uint8 array that
+        ``pipeline(prefix_output, rng, from_prefix=True)`` continues from."""
+        for op in self.sample_ops[:self.prefix_length]:
+            img = op(convert(img, op.input_kind))
+        return to_array(img)
+
+    def __call__(self, img, rng: Optional[np.random.Generator] = None, from_prefix: bool = False) -> torch.Tensor:
         """Transform one image.
 
         Args:
             img: a PIL image (or HWC uint8 array / CHW uint8 tensor).
             rng: the generator all random ops of this image draw from.
+            from_prefix: ``img`` is the output of :meth:`prefix`: skip those ops.
         Returns:
             A contiguous (3, H, W) uint8 tensor.
         """
-        for op in self.sample_ops:
+        for op in self.sample_ops[self.prefix_length if from_prefix else 0:]:
             img = op(convert(img, op.input_kind), rng)
         return to_tensor(img)
 

@@ -36,6 +36,7 @@ class Resize(Transform):
     """
 
     input_kind = "pil"
+    deterministic = True
 
     def __init__(self, size: Sequence[int]):
         self.size = _pair(size, "Resize")
@@ -55,6 +56,7 @@ class CenterCrop(Transform):
     """
 
     input_kind = "array"
+    deterministic = True
 
     def __init__(self, size: Sequence[int]):
         self.size = _pair(size, "CenterCrop")

@@ -154,7 +154,9 @@ class PseudoLabeler(HookBase):
         cfg = self.cfg
         items = self.loader.all_items
         predictor = types.SimpleNamespace(cfg=cfg, model=self.trainer.model, transforms=None, flip=cfg.TEST.FLIP.ENABLED)
-        begin, shard = extract_shard_features(predictor, items, what="Pseudo labels: extracting training features")
+        # The training image cache serves the test pipeline too when INPUT.SIZE_TEST equals SIZE_TRAIN.
+        begin, shard = extract_shard_features(predictor, items, what="Pseudo labels: extracting training features",
+                                              cache=self.loader.cache)
         return gather_features(begin, shard, len(items))
 
     def recluster(self, iteration: int) -> None:
