@@ -33,12 +33,22 @@ def test_channels_last_keeps_keys_and_outputs():
         torch.testing.assert_close(fast({"images": images}), plain({"images": images}), rtol=1e-4, atol=1e-4)
 
 
-def test_channels_last_auto_follows_the_device_and_bad_values_are_clear():
+def test_channels_last_auto_follows_the_device_and_cpu_bf16_and_bad_values_are_clear():
     assert use_channels_last("auto", torch.device("cuda")) is True
     assert use_channels_last("auto", torch.device("cpu")) is False
+    assert use_channels_last("auto", torch.device("cpu"), cpu_bf16=True) is True  # native bf16 autocast
+    assert use_channels_last("off", torch.device("cpu"), cpu_bf16=True) is False
     assert use_channels_last("on", torch.device("cpu")) is True
     with pytest.raises(ReidUserError, match="MODEL.CHANNELS_LAST"):
         use_channels_last("yes", torch.device("cpu"))
+
+
+@pytest.mark.parametrize("native, amp, expected", [("AMX", True, True), ("", True, False), ("AMX", False, False)])
+def test_build_model_lays_out_cpu_bf16_training_channels_last(monkeypatch, native, amp, expected):
+    monkeypatch.setattr("reid_engine.modeling.meta_arch.build.cpu_native_bf16", lambda: native)
+    cfg = tiny_cfg(CHANNELS_LAST="auto", DEVICE="cpu")
+    cfg.SOLVER.AMP.ENABLED = amp
+    assert build_model(cfg).channels_last is expected
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import time
 import torch
 from torch import nn
 
-from reid_engine.utils.env import resolve_device
+from reid_engine.utils.env import cpu_native_bf16, resolve_device
 from reid_engine.utils.registry import Registry, check_choice
 
 from ..compile import COMPILE_BACKENDS, compile_model, inductor_cache_dir, normalize_compile_mode, resolve_compile_mode
@@ -58,7 +58,8 @@ def build_model(cfg) -> nn.Module:
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
-    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device)
+    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device,
+                                      cpu_bf16=bool(cfg.SOLVER.AMP.ENABLED and cpu_native_bf16()))
     if channels_last:
         # Still on the CPU: converting on the device would hold a second copy of each weight
         # there while it is converted (a peak of the weights plus the largest one); a weight
@@ -83,13 +84,19 @@ def build_model(cfg) -> nn.Module:
 CHANNELS_LAST_CHOICES = ("auto", "on", "off")
 
 
-def use_channels_last(setting: str, device: torch.device) -> bool:
+def use_channels_last(setting: str, device: torch.device, cpu_bf16: bool = False) -> bool:
     """Whether MODEL.CHANNELS_LAST turns the channels_last memory format on for `device`.
 
     Args:
-        setting: "auto" (on for CUDA, where convolutions are faster in it; off on the CPU),
+        setting: "auto" (on for CUDA, where convolutions are faster in it; on the CPU only with
+            ``cpu_bf16``: oneDNN's bfloat16 kernels work in that layout, and the stem's max
+            pooling is several times faster in it; float32 CPU training stays contiguous),
             "on" or "off".
         device: the model's device.
+        cpu_bf16: the model trains under bfloat16 autocast on a CPU that computes it natively
+            (SOLVER.AMP.ENABLED on such a CPU).
     """
     check_choice(setting, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
-    return setting == "on" or (setting == "auto" and device.type == "cuda")
+    if setting != "auto":
+        return setting == "on"
+    return device.type == "cuda" or (device.type == "cpu" and cpu_bf16)
