@@ -7,6 +7,7 @@ import torch
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
 from reid_engine.modeling.compile import normalize_compile_mode, resolve_compile_mode
+from reid_engine.modeling.layers.cpu_bf16_conv import MatmulGradConv2d
 from reid_engine.modeling.meta_arch import use_channels_last
 from reid_engine.utils.errors import ReidUserError
 
@@ -44,11 +45,15 @@ def test_channels_last_auto_follows_the_device_and_cpu_bf16_and_bad_values_are_c
 
 
 @pytest.mark.parametrize("native, amp, expected", [("AMX", True, True), ("", True, False), ("AMX", False, False)])
-def test_build_model_lays_out_cpu_bf16_training_channels_last(monkeypatch, native, amp, expected):
+def test_build_model_lays_out_cpu_bf16_training_channels_last_with_matmul_grad_convs(monkeypatch, native, amp,
+                                                                                      expected):
     monkeypatch.setattr("reid_engine.modeling.meta_arch.build.cpu_native_bf16", lambda: native)
     cfg = tiny_cfg(CHANNELS_LAST="auto", DEVICE="cpu")
     cfg.SOLVER.AMP.ENABLED = amp
-    assert build_model(cfg).channels_last is expected
+    model = build_model(cfg)
+    assert model.channels_last is expected
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(isinstance(m, MatmulGradConv2d) is expected for m in convs)
 
 
 @pytest.mark.slow

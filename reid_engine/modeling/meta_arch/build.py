@@ -9,6 +9,7 @@ from reid_engine.utils.env import cpu_native_bf16, resolve_device
 from reid_engine.utils.registry import Registry, check_choice
 
 from ..compile import COMPILE_BACKENDS, compile_model, inductor_cache_dir, normalize_compile_mode, resolve_compile_mode
+from ..layers.cpu_bf16_conv import convert_to_matmul_grad_convs
 from .summary import log_model_summary
 
 __all__ = ["META_ARCH_REGISTRY", "build_model", "check_model_config", "use_channels_last", "CHANNELS_LAST_CHOICES"]
@@ -58,8 +59,12 @@ def build_model(cfg) -> nn.Module:
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
-    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device,
-                                      cpu_bf16=bool(cfg.SOLVER.AMP.ENABLED and cpu_native_bf16()))
+    cpu_bf16 = bool(device.type == "cpu" and cfg.SOLVER.AMP.ENABLED and cpu_native_bf16())
+    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device, cpu_bf16=cpu_bf16)
+    if cpu_bf16:
+        # oneDNN's bfloat16 weight gradient is slow on small maps (layers.cpu_bf16_conv);
+        # the converted convolutions are plain nn.Conv2d outside bfloat16 autocast.
+        convert_to_matmul_grad_convs(model)
     if channels_last:
         # Still on the CPU: converting on the device would hold a second copy of each weight
         # there while it is converted (a peak of the weights plus the largest one); a weight
@@ -72,7 +77,8 @@ def build_model(cfg) -> nn.Module:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
         compile_model(model, mode, cfg.MODEL.COMPILE_BACKEND)
     model.compile_mode = mode
-    logger.info("Built %s on %s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
+    logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
+                ", matrix-product bfloat16 weight gradients on small maps" if cpu_bf16 else "",
                 time.perf_counter() - start)
     backend = cfg.MODEL.COMPILE_BACKEND
     cache = f", cache {inductor_cache_dir()}" if backend == "inductor" else ""
