@@ -61,3 +61,17 @@ def test_bench_clustering_prints_time_memory_and_quality(bench_module, capsys):
     out = capsys.readouterr().out
     for figure in ("jaccard_distance_graph", "dbscan_pseudo_labels", "total:", "peak RSS", "NMI"):
         assert figure in out, out
+
+
+def test_bench_cpu_bf16_conv_times_the_shapes_and_the_whole_step(bench_module, capsys, monkeypatch):
+    monkeypatch.setattr("reid_engine.modeling.meta_arch.build.log_model_summary", lambda *a, **k: None)
+    bench = bench_module("bench_cpu_bf16_conv")
+    bench.main(["--size", "32", "16", "--batch", "4", "--classes", "2", "--repeats", "1", "--rounds", "1",
+                "--steps", "1", "--warmup", "0", "--shapes", "8"])
+    out = capsys.readouterr().out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| ") and "ms" not in line]
+    assert len(rows) == 8, out
+    used = {row[1].strip(): row[5].strip() for row in rows}
+    assert used["256, 6x3, 256, 3x3, 1"] == "yes" and used["32, 24x12, 32, 3x3, 1"] == "no", out
+    speedup = out.split("speed-up ")[1].split("x")[0]
+    assert float(speedup) > 0 and "convolutions converted" in out, out

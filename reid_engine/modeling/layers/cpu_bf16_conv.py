@@ -1,14 +1,14 @@
 """Convolutions whose bfloat16 weight gradient on the CPU is one matrix product.
 
 oneDNN's bfloat16 weight-gradient kernel is slow on small feature maps: for a 3x3 convolution
-with 256 channels on a 6x3 map (the main job's layer4, batch 64) it took 17.7 ms on this
-project's Xeon (AMX), against 11.2 ms in float32 and 3.9 ms as an unfolded matrix product
+with 256 channels on a 6x3 map (the main job's layer4, batch 64) it took 16.0 ms on this
+project's Xeon (AMX), slower than float32's, against 3.2 ms as an unfolded matrix product
 (im2col, then one GEMM, which AMX runs at full speed). On larger maps oneDNN wins again (a 3x3
-convolution on 24x12 with 32 channels: 2.2 ms against 3.7 ms), so the matrix product is used
+convolution on 24x12 with 32 channels: 1.4 ms against 2.6 ms), so the matrix product is used
 only below the sizes in `uses_matmul_weight_grad`. The forward pass and the input gradient
 stay oneDNN's; the weight gradient rounds the same way as oneDNN's (the products accumulate
 in float32, the result is bfloat16), with the same error against a float32 reference.
-Figures: tools/benchmarks/bench_model.py and README (CPU bfloat16).
+Figures per layer shape and for the main job's step (1.29x): tools/benchmarks/bench_cpu_bf16_conv.py.
 """
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from torch import nn
 
 # Output positions per image (H x W) up to which the matrix product beat oneDNN's bfloat16
 # weight gradient in every shape measured: 1x1 convolutions up to 72 (12x6), larger kernels up
-# to 128 (16x8; a 1x1 convolution there was 13% slower).
+# to 128 (16x8; a 1x1 convolution there gained nothing: 0.87-1.02x).
 MAX_POSITIONS_1X1 = 72
 MAX_POSITIONS = 128
 

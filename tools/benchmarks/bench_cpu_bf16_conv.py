@@ -1,0 +1,151 @@
+#!/usr/bin/env python
+"""Benchmark the CPU bfloat16 weight gradient of convolutions: oneDNN's kernel against one
+matrix product (reid_engine.modeling.layers.cpu_bf16_conv), per layer shape and for a whole
+model's training step.
+
+1. Per shape (batch, channels in, H x W, channels out, kernel, stride): milliseconds of the
+   weight gradient alone, oneDNN (aten.convolution_backward) against `matmul_weight_grad`, both in
+   bfloat16 and channels_last, their ratio, and whether `uses_matmul_weight_grad` picks the
+   matrix product for that shape.
+2. The model-only training step (forward, backward, Adam) of --config-file's model under
+   bfloat16 autocast, with every convolution on oneDNN against the model as build_model makes it,
+   in alternating rounds (the host's speed drifts), and their ratio.
+It needs a CPU that computes bfloat16 natively (AVX512-BF16 or AMX) for meaningful figures.
+
+Examples:
+    python tools/benchmarks/bench_cpu_bf16_conv.py
+    python tools/benchmarks/bench_cpu_bf16_conv.py --config-file configs/Market1501/bagtricks_R50.yml \
+        --size 256 128 --batch 32 --rounds 4
+"""
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from bench_model import make_batch  # random uint8 images, P x K identities
+from torch import nn
+
+from reid_engine.config import get_cfg
+from reid_engine.engine import DefaultTrainer
+from reid_engine.modeling.layers.cpu_bf16_conv import (
+    MatmulGradConv2d,
+    convert_to_matmul_grad_convs,
+    matmul_weight_grad,
+    uses_matmul_weight_grad,
+)
+from reid_engine.solver import build_optimizer
+from reid_engine.utils.env import cpu_native_bf16
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAIN_JOB = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
+# (in, H, W, out, kernel, stride): the main job's layers (half-width ResNet-18 at 96x48, last
+# stride 1) and a ResNet-50's at 256x128
+SHAPES = [(3, 96, 48, 32, 7, 2), (32, 24, 12, 32, 3, 1), (32, 24, 12, 64, 3, 2), (64, 12, 6, 64, 3, 1),
+          (64, 12, 6, 128, 3, 2), (128, 6, 3, 128, 3, 1), (128, 6, 3, 256, 3, 1), (256, 6, 3, 256, 3, 1),
+          (128, 6, 3, 256, 1, 1), (256, 16, 8, 256, 3, 1), (512, 16, 8, 512, 3, 1), (1024, 16, 8, 256, 1, 1)]
+
+
+def milliseconds(fn, repeats: int) -> float:
+    """Median wall milliseconds of `fn()` over `repeats` calls, after two untimed ones."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def bench_shape(batch: int, shape, repeats: int) -> tuple:
+    """(oneDNN ms, matrix product ms, picked) of one layer's bfloat16 weight gradient."""
+    cin, h, w, cout, k, s = shape
+    pad = k // 2
+    x = torch.randn(batch, cin, h, w, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+    conv = MatmulGradConv2d(cin, cout, k, s, pad, bias=False).to(memory_format=torch.channels_last)
+    weight = conv.weight.detach().to(torch.bfloat16)
+    grad_out = torch.randn_like(F.conv2d(x, weight, None, s, pad))
+    onednn = milliseconds(lambda: torch.ops.aten.convolution_backward(
+        grad_out, x, weight, None, [s, s], [pad, pad], [1, 1], False, [0, 0], 1, [False, True, False]), repeats)
+    matmul = milliseconds(lambda: matmul_weight_grad(grad_out, x, k, s, pad), repeats)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        picked = uses_matmul_weight_grad(conv, x.float())
+    return onednn, matmul, picked
+
+
+def as_onednn(model: nn.Module) -> nn.Module:
+    """A copy of `model` whose convolutions are all plain nn.Conv2d (oneDNN's weight gradient)."""
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
+        if type(module) is MatmulGradConv2d:
+            module.__class__ = nn.Conv2d
+    return plain
+
+
+def bench_model(args) -> tuple:
+    """(s/step with oneDNN, s/step as built, number of converted convolutions) of the model-only step."""
+    cfg = get_cfg()
+    cfg.merge_from_file(args.config_file)
+    cfg.MODEL.DEVICE, cfg.MODEL.BACKBONE.PRETRAIN, cfg.SOLVER.AMP.ENABLED = "cpu", False, True
+    cfg.MODEL.HEADS.NUM_CLASSES = args.classes
+    torch.manual_seed(0)
+    built = convert_to_matmul_grad_convs(DefaultTrainer.build_model(cfg))  # also where bf16 is emulated
+    converted = sum(type(m) is MatmulGradConv2d for m in built.modules())
+    models = {"onednn": as_onednn(built), "built": built}
+    optimizers = {name: build_optimizer(cfg, model) for name, model in models.items()}
+    batch = make_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, torch.device("cpu"))
+
+    def step(name):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = sum(models[name](batch).values())
+        optimizers[name].zero_grad(set_to_none=True)
+        loss.backward()
+        optimizers[name].step()
+
+    times = {name: [] for name in models}
+    for name in models:
+        for _ in range(args.warmup):
+            step(name)
+    for _ in range(args.rounds):
+        for name in models:
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                step(name)
+            times[name].append((time.perf_counter() - start) / args.steps)
+    return statistics.median(times["onednn"]), statistics.median(times["built"]), converted
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config-file", default=MAIN_JOB, help="the model of the whole-step comparison")
+    parser.add_argument("--size", type=int, nargs=2, default=(96, 48), metavar=("H", "W"))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--classes", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per shape")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds of the whole-step comparison")
+    parser.add_argument("--steps", type=int, default=5, help="steps per round")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each model first")
+    parser.add_argument("--shapes", type=int, default=len(SHAPES), help="how many of the layer shapes to time")
+    args = parser.parse_args(argv)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native bfloat16: "
+          f"{cpu_native_bf16() or 'no (emulated: the figures say little)'}")
+    print("| layer (in, H x W, out, kernel, stride) | oneDNN ms | matrix product ms | oneDNN / product | used |")
+    print("|---|---:|---:|---:|---|")
+    for shape in SHAPES[:args.shapes]:
+        onednn, matmul, picked = bench_shape(args.batch, shape, args.repeats)
+        cin, h, w, cout, k, s = shape
+        print(f"| {cin}, {h}x{w}, {cout}, {k}x{k}, {s} | {onednn:.2f} | {matmul:.2f} | {onednn / matmul:.2f} | "
+              f"{'yes' if picked else 'no'} |")
+    onednn, built, converted = bench_model(args)
+    print(f"\nmodel-only step of {os.path.relpath(args.config_file, REPO)} at {args.size[0]}x{args.size[1]}, "
+          f"batch {args.batch}, bfloat16 autocast ({converted} convolutions converted): oneDNN {onednn:.3f} s, "
+          f"as built {built:.3f} s, speed-up {onednn / built:.2f}x")
+    print("command: python tools/benchmarks/bench_cpu_bf16_conv.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
