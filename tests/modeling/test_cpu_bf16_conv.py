@@ -72,7 +72,7 @@ def test_the_matmul_path_is_taken_only_in_cpu_bf16_training_on_small_maps():
         assert not uses_matmul_weight_grad(conv, small)
 
 
-def test_converting_keeps_parameters_keys_and_eval_outputs():
+def test_converting_keeps_parameters_keys_eval_outputs_and_scripting():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Sequential(nn.Conv2d(8, 8, 1)))
     params, keys = list(model.parameters()), list(model.state_dict())
@@ -83,3 +83,4 @@ def test_converting_keeps_parameters_keys_and_eval_outputs():
     assert all(a is b for a, b in zip(model.parameters(), params))  # an optimizer built before still works
     assert list(model.state_dict()) == keys
     torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+    torch.testing.assert_close(torch.jit.script(model)(x), expected, rtol=0, atol=0)  # TorchScript export

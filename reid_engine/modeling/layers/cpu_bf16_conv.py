@@ -108,8 +108,14 @@ class MatmulGradConv2d(nn.Conv2d):
     evaluation, GPUs). Same parameters and state_dict keys as nn.Conv2d."""
 
     def forward(self, x):
+        if torch.jit.is_scripting():  # TorchScript export: the plain convolution
+            return self._conv_forward(x, self.weight, self.bias)
+        return self._python_forward(x)
+
+    @torch.jit.unused
+    def _python_forward(self, x):
         if not uses_matmul_weight_grad(self, x):
-            return super().forward(x)
+            return self._conv_forward(x, self.weight, self.bias)
         # What autocast would do for conv2d: both operands (and the bias) in bfloat16.
         bias = None if self.bias is None else self.bias.to(torch.bfloat16)
         with torch.autocast("cpu", enabled=False):
