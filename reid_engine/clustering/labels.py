@@ -1,9 +1,13 @@
 """Pseudo labels from the Jaccard graph (DBSCAN), and the centroids of the clusters."""
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 __all__ = ["dbscan_pseudo_labels", "dbscan_max_distance", "cluster_centroids"]
 
@@ -25,7 +29,7 @@ def dbscan_max_distance(eps: float) -> float:
     return min(1.0, eps + 1e-6)
 
 
-def dbscan_pseudo_labels(graph: scipy.sparse.csr_matrix, eps: float, min_samples: int) -> np.ndarray:
+def dbscan_pseudo_labels(graph: "scipy.sparse.csr_matrix", eps: float, min_samples: int) -> np.ndarray:
     """Cluster a precomputed sparse distance graph with scikit-learn's DBSCAN.
 
     Stored entries (explicit zeros included) are the candidate neighbours; a missing
@@ -43,7 +47,8 @@ def dbscan_pseudo_labels(graph: scipy.sparse.csr_matrix, eps: float, min_samples
         numpy.ndarray: (N,) int64 labels, -1 for outliers, the clusters numbered
         0..C-1 in the order of their first item.
     """
-    from sklearn.cluster import DBSCAN  # scikit-learn is imported only where clustering runs
+    import scipy.sparse  # scipy and scikit-learn are imported only where clustering runs
+    from sklearn.cluster import DBSCAN
     from sklearn.neighbors import sort_graph_by_row_values
 
     if not scipy.sparse.issparse(graph) or graph.shape[0] != graph.shape[1]:

@@ -127,15 +127,9 @@ def test_sigkill_at_any_moment_then_resume_is_bit_identical(finished_run, data_r
     assert ref_metrics == got_metrics
 
 
-def test_two_cpu_workers_train_and_eval_only_matches_one_worker(finished_run, data_root, tmp_path):
-    out = tmp_path / "ddp"
-    proc = run_cli(["--num-gpus", "2", "--dist-url", "auto"] + tiny_args(data_root, out, "SOLVER.MAX_EPOCH", "1"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    log = open(out / "log.txt").read()
-    assert "World size: 2" in log
-    assert os.path.exists(out / "log.txt.rank1")
-    copypaste_results(log)
-
+def test_two_cpu_workers_eval_only_matches_one_worker(finished_run, data_root, tmp_path):
+    # Training with two workers (--num-gpus 2) runs in the fault tests (test_preemption,
+    # test_elastic) and across two "machines" below.
     weights = os.path.join(finished_run[0], "model_final.pth")
     one = run_cli(["--eval-only"] + tiny_args(data_root, tmp_path / "e1", "MODEL.WEIGHTS", weights))
     two = run_cli(["--eval-only", "--num-gpus", "2", "--dist-url", "auto"]
@@ -165,6 +159,8 @@ def test_two_machines_on_localhost_train_together(data_root, tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outs[0][-2000:] + outs[1][-2000:]
     log = open(tmp_path / "m" / "log.txt").read()
     assert "World size: 2" in log and os.path.exists(tmp_path / "m" / "model_final.pth")
+    assert os.path.exists(tmp_path / "m" / "log.txt.rank1")
+    copypaste_results(log)  # the two evaluated together
 
 
 def test_amp_bfloat16_on_cpu(data_root, tmp_path):
