@@ -49,7 +49,7 @@ def test_bf16_training_matches_autocast_conv2d(bias):
     x_plain, x_fast = x.clone().requires_grad_(), x.clone().requires_grad_()
     torch.testing.assert_close(_train_step(fast, x_fast), _train_step(plain, x_plain), rtol=0, atol=0)
     for got, expected in zip(fast.parameters(), plain.parameters()):
-        assert got.grad.dtype == torch.float32
+        assert got.grad.dtype == torch.float32 and got.grad.stride() == got.stride()  # the parameter's layout
         # both round bfloat16 products accumulated in float32: equal up to bfloat16 rounding
         torch.testing.assert_close(got.grad, expected.grad, rtol=2e-2, atol=1e-3)
     torch.testing.assert_close(x_fast.grad, x_plain.grad, rtol=0, atol=0)  # aten's own input gradient

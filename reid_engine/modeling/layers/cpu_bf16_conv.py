@@ -94,9 +94,8 @@ class _MatmulWeightGradConv2d(torch.autograd.Function):
                 grad_out, x, weight, None, list(ctx.stride), list(ctx.padding), [1, 1], False, [0, 0], 1,
                 [True, False, False])[0]
         if ctx.needs_input_grad[1]:
+            # Laid out channels last; AccumulateGrad gives the parameter's .grad the parameter's layout.
             grad_w = matmul_weight_grad(grad_out, x, weight.shape[2:], ctx.stride, ctx.padding)
-            grad_w = grad_w.contiguous(memory_format=torch.channels_last if weight.is_contiguous(
-                memory_format=torch.channels_last) and not weight.is_contiguous() else torch.contiguous_format)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = grad_out.sum((0, 2, 3))
         return grad_x, grad_w, grad_b, None, None
