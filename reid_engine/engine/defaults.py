@@ -10,9 +10,9 @@ from collections import OrderedDict
 from typing import Dict, List, Optional
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..config import CfgNode
+from ..config.run_plan import RunPlan, build_run_plan
 from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
 from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
@@ -24,15 +24,15 @@ from ..evaluation import (
     print_csv_format,
 )
 from ..modeling import build_model
-from ..modeling.compile import normalize_compile_mode
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
-from ..utils.env import resolve_device
+from ..utils.compiled import is_compiled
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
-from . import hooks
+from . import hooks, scaling
 from .compile_guard import CompileGuard
+from .ddp import create_ddp_model, model_device
 from .hooks.pseudo_labels import PseudoLabeler
 from .rank_vis import write_rank_vis
 from .setup import default_argument_parser, default_setup, default_writers
@@ -55,22 +55,6 @@ LOG_PERIOD = 20
 EARLY_LOG_ITER = hooks.TIMER_WARMUP_ITERS
 
 
-def create_ddp_model(model: torch.nn.Module, *, broadcast_buffers: bool = False, **kwargs) -> torch.nn.Module:
-    """Wrap a model in DistributedDataParallel when the world size is above 1.
-
-    Args:
-        model: the model (already on its device).
-        broadcast_buffers: DDP's flag; BN statistics stay per worker by default.
-    Returns:
-        the DDP-wrapped model, or the model itself in a single-process run.
-    """
-    if comm.get_world_size() == 1:
-        return model
-    if "device_ids" not in kwargs and next(model.parameters()).device.type == "cuda":
-        kwargs["device_ids"] = [comm.get_local_rank()]
-    return DistributedDataParallel(model, broadcast_buffers=broadcast_buffers, **kwargs)
-
-
 class DefaultTrainer(TrainerBase):
     """A trainer with the standard ReID training logic.
 
@@ -91,6 +75,8 @@ class DefaultTrainer(TrainerBase):
         if not root_logger.isEnabledFor(logging.INFO):
             setup_logger()
         cfg = self.auto_scale_workers(cfg, comm.get_world_size())
+        # Device, precision, layout, compilation, batched augmentation and loader workers: decided once here.
+        self.plan = self.build_run_plan(cfg)
 
         data_loader = self.build_train_loader(cfg)
         cfg = self.auto_scale_hyperparams(cfg, data_loader.dataset.num_classes,
@@ -98,20 +84,20 @@ class DefaultTrainer(TrainerBase):
         model = self.build_model(cfg)
         optimizer = self.build_optimizer(cfg, model)
         model = create_ddp_model(model)
-        if model_device(model).type == "cuda":
-            data_loader = DevicePrefetcher(data_loader, model_device(model))
+        device = model_device(model)  # the plan's, unless an overridden build_model placed it elsewhere
+        if device.type == "cuda":
+            data_loader = DevicePrefetcher(data_loader, device)
 
-        trainer_cls = AMPTrainer if cfg.SOLVER.AMP.ENABLED else SimpleTrainer
+        trainer_cls = AMPTrainer if self.plan.amp is not None else SimpleTrainer
         # Losses are fetched from the device once per logging period, not every step.
         trainer_kwargs = {"gather_metric_period": LOG_PERIOD,
-                          "batch_augment": self.build_batch_augmentation(cfg, data_loader, model_device(model))}
-        if cfg.SOLVER.AMP.ENABLED:
-            trainer_kwargs["precision"] = cfg.SOLVER.AMP.DTYPE
+                          "batch_augment": self.build_batch_augmentation(cfg, data_loader, device)}
+        if self.plan.amp is not None:
+            trainer_kwargs["precision"] = self.plan.amp
         self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
         # Runs the compiled steps: auto falls back to eager on a compile error, a recompile storm or
         # a compiled step slower than eager; an explicit MODEL.COMPILE mode fails in one line instead.
-        self.compile_guard = CompileGuard(model, getattr(comm.unwrap_model(model), "compile_mode", "off"),
-                                          explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto")
+        self.compile_guard = self.build_compile_guard(self.plan, model)
         self._trainer.compile_guard = self.compile_guard
 
         self.iters_per_epoch = self.compute_iters_per_epoch(cfg, len(data_loader.dataset))
@@ -278,13 +264,26 @@ class DefaultTrainer(TrainerBase):
 
     def build_writers(self) -> list:
         """The event writers (console, metrics.json, tensorboard)."""
-        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter, resolve_device(self.cfg.MODEL.DEVICE))
+        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
 
     # ------------------------------------------------------------------ builders
     @classmethod
-    def build_model(cls, cfg: CfgNode) -> torch.nn.Module:
-        """Build the model from MODEL.* (override to use your own)."""
-        return build_model(cfg)
+    def build_run_plan(cls, cfg: CfgNode) -> RunPlan:
+        """Decide how this process trains `cfg` (device, precision, layout, compilation, batched
+        augmentation, loader workers); logged once as a table. Override to change a decision."""
+        return build_run_plan(cfg, purpose="train")
+
+    @classmethod
+    def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module) -> CompileGuard:
+        """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode."""
+        mode = plan.compile_mode if is_compiled(model) else "off"  # an overridden build_model may not compile
+        return CompileGuard(model, mode, explicit=plan.compile_explicit)
+
+    @classmethod
+    def build_model(cls, cfg: CfgNode, plan: Optional[RunPlan] = None) -> torch.nn.Module:
+        """Build the model from MODEL.* as the run plan says (default: :meth:`build_run_plan`'s);
+        override to use your own."""
+        return build_model(cfg, plan if plan is not None else cls.build_run_plan(cfg))
 
     @classmethod
     def build_optimizer(cls, cfg: CfgNode, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -367,80 +366,20 @@ class DefaultTrainer(TrainerBase):
     # ------------------------------------------------------------------ scaling
     @staticmethod
     def compute_iters_per_epoch(cfg: CfgNode, num_train_images: int) -> int:
-        """Iterations per epoch: training images // global batch (at least 1), or
-        PSEUDO.ITERS_PER_EPOCH in label-free training (the images trained on change with the clusters)."""
-        if cfg.PSEUDO.ENABLED and cfg.PSEUDO.ITERS_PER_EPOCH > 0:
-            return int(cfg.PSEUDO.ITERS_PER_EPOCH)
-        return max(1, num_train_images // cfg.SOLVER.IMS_PER_BATCH)
+        """Iterations per epoch (see :func:`engine.scaling.iters_per_epoch`)."""
+        return scaling.iters_per_epoch(cfg, num_train_images)
 
     @staticmethod
     def auto_scale_hyperparams(cfg: CfgNode, num_classes: int, num_cameras: int = 0) -> CfgNode:
-        """Fill MODEL.HEADS.NUM_CLASSES from the training set (when left at 0), and
-        MODEL.BACKBONE.NUM_CAMERAS when it is -1 (a ViT's camera embedding).
-
-        Args:
-            cfg: the config (not modified).
-            num_classes: identities in the (merged) training set.
-            num_cameras: cameras in the (merged) training set.
-        Returns:
-            a frozen copy of the config with NUM_CLASSES (and NUM_CAMERAS) set.
-        """
-        cfg = cfg.clone()
-        frozen = cfg.is_frozen()
-        cfg.defrost()
-        if cfg.MODEL.HEADS.NUM_CLASSES > 0 and cfg.MODEL.HEADS.NUM_CLASSES != num_classes:
-            logger.warning(
-                f"MODEL.HEADS.NUM_CLASSES = {cfg.MODEL.HEADS.NUM_CLASSES} in the config, but the training set "
-                f"has {num_classes} identities; using {num_classes}."
-            )
-        cfg.MODEL.HEADS.NUM_CLASSES = num_classes
-        logger.info(f"Auto-scaling the config: MODEL.HEADS.NUM_CLASSES = {num_classes}")
-        if cfg.MODEL.BACKBONE.NUM_CAMERAS == -1:
-            cfg.MODEL.BACKBONE.NUM_CAMERAS = int(num_cameras)
-            logger.info(f"Auto-scaling the config: MODEL.BACKBONE.NUM_CAMERAS = {num_cameras}")
-        if frozen:
-            cfg.freeze()
-        return cfg
+        """A frozen copy of `cfg` with NUM_CLASSES (and NUM_CAMERAS) from the training set
+        (see :func:`engine.scaling.scale_to_training_set`)."""
+        return scaling.scale_to_training_set(cfg, num_classes, num_cameras)
 
     @staticmethod
     def auto_scale_workers(cfg: CfgNode, num_workers: int) -> CfgNode:
-        """Scale batch size, LR and iteration-counted keys to the number of workers.
-
-        With SOLVER.REFERENCE_WORLD_SIZE > 0 and != num_workers, IMS_PER_BATCH and
-        BASE_LR are multiplied by num_workers / reference, and keys counted in
-        iterations (WARMUP_ITERS, FREEZE_ITERS) are divided by it; keys counted in
-        epochs stay, since an epoch then has fewer iterations by itself.
-
-        Args:
-            cfg: the config (not modified).
-            num_workers: the actual world size.
-        Returns:
-            the same config when nothing changes, else a scaled copy.
-        """
-        old_world_size = cfg.SOLVER.REFERENCE_WORLD_SIZE
-        if old_world_size == 0 or old_world_size == num_workers:
-            return cfg
-        cfg = cfg.clone()
-        frozen = cfg.is_frozen()
-        cfg.defrost()
-        scale = num_workers / old_world_size
-        bs = cfg.SOLVER.IMS_PER_BATCH = int(round(cfg.SOLVER.IMS_PER_BATCH * scale))
-        lr = cfg.SOLVER.BASE_LR = cfg.SOLVER.BASE_LR * scale
-        warmup = cfg.SOLVER.WARMUP_ITERS = int(round(cfg.SOLVER.WARMUP_ITERS / scale))
-        freeze = cfg.SOLVER.FREEZE_ITERS = int(round(cfg.SOLVER.FREEZE_ITERS / scale))
-        cfg.SOLVER.REFERENCE_WORLD_SIZE = num_workers
-        logger.info(
-            f"Auto-scaling the config to {num_workers} workers (reference {old_world_size}): "
-            f"IMS_PER_BATCH={bs}, BASE_LR={lr}, WARMUP_ITERS={warmup}, FREEZE_ITERS={freeze}."
-        )
-        if frozen:
-            cfg.freeze()
-        return cfg
-
-
-def model_device(model: torch.nn.Module) -> torch.device:
-    """The device of a (possibly DDP-wrapped) model's first parameter."""
-    return next(model.parameters()).device
+        """`cfg` scaled to `num_workers` against SOLVER.REFERENCE_WORLD_SIZE
+        (see :func:`engine.scaling.scale_to_world_size`)."""
+        return scaling.scale_to_world_size(cfg, num_workers)
 
 
 def _is_flat(results: dict) -> bool:

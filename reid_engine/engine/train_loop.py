@@ -1,237 +1,34 @@
-"""The iteration-based training loop: hooks, the generic trainer and the standard
-single-optimizer trainers (plain and mixed precision).
+"""The standard single-optimizer trainers: :class:`SimpleTrainer` (one model returning a dict of
+losses, one loader, one optimizer) and :class:`AMPTrainer` (the same under mixed precision).
 
-Why one module of a little over 400 lines: HookBase, TrainerBase, SimpleTrainer and
-AMPTrainer are one contract (the order of hook calls, what a step does, what the state
-dict holds for exact resume); read together they are easier to check than split.
+The hook contract and the loop itself are ``engine.trainer_base``'s (re-exported here); the
+precision a run uses is the run plan's decision (``config.run_plan.amp_decision``).
 """
 
 import contextlib
 import logging
 import time
-import weakref
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..config.run_plan import AMP_DTYPE_NAMES, AmpDecision, amp_decision, resolve_amp_dtype
 from ..utils import comm
-from ..utils.env import cpu_native_bf16, get_rng_states, set_rng_states
+from ..utils.env import get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
-from ..utils.events import EventStorage, get_event_storage
-from .loader_faults import loader_worker_error
-from .preemption import TrainingPreempted
+from ..utils.events import get_event_storage
+from .trainer_base import HookBase, TrainerBase
 
-__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError"]
+__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",
+           "AMP_DTYPE_NAMES", "resolve_amp_dtype"]
 
 logger = logging.getLogger(__name__)
 
 
 class NonFiniteLossError(ReidUserError, FloatingPointError):
     """The loss became NaN or infinite; the message names the iteration and what to change."""
-
-
-class HookBase:
-    """Base class of the hooks a :class:`TrainerBase` calls around each iteration.
-
-    ``self.trainer`` is set by :meth:`TrainerBase.register_hooks` to a weak proxy of
-    the trainer. Order of calls::
-
-        before_train()
-        for iter in range(start_iter, max_iter):
-            before_step(); trainer.run_step() (calls after_backward()); after_step()
-        after_train()   # also when a step raised
-
-    ``before_step`` must be cheap; slow work belongs in ``after_step``.
-    """
-
-    trainer: "TrainerBase" = None
-
-    def before_train(self) -> None:
-        """Called once before the first iteration."""
-
-    def after_train(self) -> None:
-        """Called once after the last iteration, or after a failed one."""
-
-    def before_step(self) -> None:
-        """Called before each iteration."""
-
-    def after_backward(self) -> None:
-        """Called after the backward pass of each iteration, before the optimizer step."""
-
-    def after_step(self) -> None:
-        """Called after each iteration."""
-
-    def state_dict(self) -> dict:
-        """Return the hook's state for checkpoints; ``{}`` means stateless."""
-        return {}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore a state returned by :meth:`state_dict`."""
-
-
-class TrainerBase:
-    """A trainer with hooks: runs ``run_step`` from ``start_iter`` to ``max_iter``.
-
-    Attributes:
-        iter: the current iteration (``max_iter`` once training completed).
-        start_iter, max_iter: the range of the current/last ``train`` call.
-        storage: the :class:`EventStorage` opened during training.
-        warmup_step: False at the start of each step; a ``run_step`` that pays a one-off
-            cost (compilation, graph capture) sets it, and the IterationTimer then leaves
-            the step out of ``time``, the ETA and the overall speed.
-    """
-
-    def __init__(self) -> None:
-        self._hooks: List[HookBase] = []
-        self.iter: int = 0
-        self.start_iter: int = 0
-        self.max_iter: int = 0
-        self.storage: Optional[EventStorage] = None
-        self._pending_storage_state: Optional[dict] = None
-        self._training = False  # inside train(): self.storage is the open storage
-        self.warmup_step = False
-
-    def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
-        """Append hooks (called in this order); None entries are dropped.
-
-        Each hook gets ``hook.trainer``, a weak proxy of this trainer, so hooks never
-        keep it alive (no reference cycle).
-        """
-        hooks = [h for h in hooks if h is not None]
-        for h in hooks:
-            if not isinstance(h, HookBase):
-                raise TypeError(f"register_hooks expects HookBase instances, got {type(h).__name__}")
-            h.trainer = weakref.proxy(self)
-        self._hooks.extend(hooks)
-
-    def train(self, start_iter: int, max_iter: int) -> None:
-        """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks.
-
-        Raises:
-            ValueError: when ``start_iter >= max_iter``.
-        """
-        start_iter, max_iter = int(start_iter), int(max_iter)
-        if start_iter >= max_iter:
-            raise ValueError(
-                f"nothing to train: start_iter {start_iter} >= max_iter {max_iter} (the run is "
-                "already complete; increase the schedule length or start without --resume)"
-            )
-        logger.info(f"Starting training from iteration {start_iter}")
-        self.iter = self.start_iter = start_iter
-        self.max_iter = max_iter
-        with EventStorage(start_iter) as self.storage:
-            if self._pending_storage_state is not None:
-                self.storage.load_state_dict(self._pending_storage_state)
-                self._pending_storage_state = None
-            self._training = True
-            try:
-                self.before_train()
-                if torch.cuda.is_initialized():
-                    # max_mem in the log then describes training, not model building or set-up.
-                    torch.cuda.reset_peak_memory_stats()
-                for self.iter in range(start_iter, max_iter):
-                    self.before_step()
-                    self.run_step()
-                    self.after_step()
-                self.flush_metrics()  # a bad loss staged in the last steps fails the run here
-                # One past the last step, so hooks can tell a completed run from a failed one.
-                self.iter += 1
-            except TrainingPreempted:
-                raise  # a requested stop, logged by the hook: no traceback
-            except Exception as e:
-                translated = loader_worker_error(e, self.iter)
-                if translated is not None:
-                    logger.error(str(translated))
-                    raise translated from e
-                logger.exception(f"Exception during training at iteration {self.iter}:")
-                raise
-            finally:
-                try:
-                    self.after_train()
-                finally:
-                    self._training = False
-
-    def before_train(self) -> None:
-        """Call ``before_train`` of every hook."""
-        for h in self._hooks:
-            h.before_train()
-
-    def after_train(self) -> None:
-        """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
-        self.storage.iter = self.iter
-        for h in self._hooks:
-            h.after_train()
-
-    def flush_metrics(self) -> None:
-        """Write metrics a step computed but has not fetched yet (none here; see
-        SimpleTrainer). Hooks call it before they save a checkpoint or evaluate."""
-
-    def before_step(self) -> None:
-        """Align the storage iteration with the trainer's, then call the hooks."""
-        self.storage.iter = self.iter
-        self.warmup_step = False
-        for h in self._hooks:
-            h.before_step()
-
-    def after_backward(self) -> None:
-        """Call ``after_backward`` of every hook."""
-        for h in self._hooks:
-            h.after_backward()
-
-    def after_step(self) -> None:
-        """Call ``after_step`` of every hook."""
-        for h in self._hooks:
-            h.after_step()
-
-    def run_step(self) -> None:
-        """Run one iteration; implemented by subclasses."""
-        raise NotImplementedError
-
-    def _hook_state_keys(self) -> List[str]:
-        """One key per hook: its class name, ``Name#2``, ``Name#3`` for repeated classes."""
-        seen: Dict[str, int] = {}
-        keys = []
-        for h in self._hooks:
-            name = type(h).__qualname__
-            seen[name] = seen.get(name, 0) + 1
-            keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-        return keys
-
-    def state_dict(self) -> dict:
-        """Return ``{"iteration", "hooks": {ClassName: state}, "storage"}`` (stateless
-        hooks are left out; ``storage`` only while or after training)."""
-        ret: dict = {"iteration": self.iter}
-        hooks_state = {}
-        for key, h in zip(self._hook_state_keys(), self._hooks):
-            state = h.state_dict()
-            if state:
-                hooks_state[key] = state
-        ret["hooks"] = hooks_state
-        if self._pending_storage_state is not None:  # loaded but training not started yet
-            ret["storage"] = self._pending_storage_state
-        elif self.storage is not None:
-            ret["storage"] = self.storage.state_dict()
-        return ret
-
-    def load_state_dict(self, state_dict: Mapping) -> None:
-        """Restore iteration, hook states (warning about unknown ones) and the event
-        histories (applied when ``train`` opens its storage)."""
-        self.iter = int(state_dict["iteration"])
-        hooks_by_key = dict(zip(self._hook_state_keys(), self._hooks))
-        for key, value in state_dict.get("hooks", {}).items():
-            hook = hooks_by_key.get(key)
-            if hook is None:
-                logger.warning(f"Cannot find the hook '{key}' in this trainer: its saved state is ignored")
-                continue
-            hook.load_state_dict(value)
-        storage_state = state_dict.get("storage")
-        if storage_state is not None:
-            if self._training:
-                self.storage.load_state_dict(storage_state)
-            else:
-                self._pending_storage_state = storage_state
 
 
 def _model_device_type(model: nn.Module) -> str:
@@ -446,90 +243,40 @@ def write_metrics(all_metrics: List[Dict[str, float]], prefix: str = "", iterati
         storage.put_scalars(iteration=iteration, **losses)
 
 
-_PRECISIONS = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-               "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-#: the values SOLVER.AMP.DTYPE accepts
-AMP_DTYPE_NAMES = ("auto",) + tuple(_PRECISIONS)
-
-
-def resolve_amp_dtype(dtype: Union[str, torch.dtype], device_type: str) -> torch.dtype:
-    """The autocast dtype for SOLVER.AMP.DTYPE on a device type.
-
-    Args:
-        dtype: "auto" (bfloat16 on the CPU and on CUDA devices of compute capability 8 or
-            more, else float16; AMPTrainer skips autocast on CPUs without native bfloat16),
-            a name (bfloat16, bf16, float16, fp16, half) or a torch dtype.
-        device_type: "cpu" or "cuda".
-
-    Returns:
-        torch.bfloat16 or torch.float16.
-    """
-    if isinstance(dtype, torch.dtype) and dtype in (torch.float16, torch.bfloat16):
-        return dtype
-    if isinstance(dtype, str) and dtype.lower() == "auto":
-        if device_type == "cuda" and not torch.cuda.is_bf16_supported(including_emulation=False):
-            return torch.float16
-        return torch.bfloat16
-    if isinstance(dtype, str) and dtype.lower() in _PRECISIONS:
-        return _PRECISIONS[dtype.lower()]
-    raise ValueError(f"unsupported AMP dtype {dtype!r}: use auto, bfloat16 or float16 (SOLVER.AMP.DTYPE)")
-
-
 class AMPTrainer(SimpleTrainer):
     """SimpleTrainer with automatic mixed precision: autocast on the model's device,
     gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used, and with
     precision "auto" only where the CPU computes it natively (AVX512-BF16 or AMX): elsewhere
     autocast would be emulated and much slower than float32, so the steps run in float32
-    (``self.autocast_enabled`` is False) and the log says so."""
+    (``self.autocast_enabled`` is False) and the log says so (``config.run_plan.amp_decision``)."""
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,
                  grad_scaler: Optional["torch.amp.GradScaler"] = None,
-                 precision: Union[str, torch.dtype] = "auto",
+                 precision: Union[str, torch.dtype, AmpDecision] = "auto",
                  batch_augment: Optional[Callable[[dict], dict]] = None):
         """
         Args:
             model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward,
                 batch_augment: as for :class:`SimpleTrainer`.
             grad_scaler: a ``torch.amp.GradScaler`` for float16 (a default one is made).
-            precision: torch.float16 or torch.bfloat16, their names, or "auto" (see
-                resolve_amp_dtype).
+            precision: the run plan's :class:`AmpDecision` (``plan.amp``), or torch.float16 /
+                torch.bfloat16, their names, or "auto" (decided here by the same rule).
         """
         super().__init__(model, data_loader, optimizer, gather_metric_period, zero_grad_before_forward,
                          batch_augment=batch_augment)
         self.device_type = _model_device_type(model)
-        self.precision = resolve_amp_dtype(precision, self.device_type)
-        self.autocast_enabled = True
-        if self.device_type == "cpu":
-            if self.precision == torch.float16:
-                logger.warning("AMP float16 is not used on CPU: using bfloat16 autocast instead")
-                self.precision = torch.bfloat16
-            self.autocast_enabled = self._cpu_bf16_wanted(precision)
-        if self.autocast_enabled:
-            logger.info("AMP: autocast to %s on %s%s", str(self.precision).replace("torch.", ""), self.device_type,
-                        " with gradient scaling" if self.precision == torch.float16 else "")
-        if self.precision == torch.float16:
+        decision = precision if isinstance(precision, AmpDecision) else amp_decision(precision, self.device_type)
+        for level, message in decision.notes:
+            logger.log(level, message)
+        self.precision = decision.dtype
+        self.autocast_enabled = decision.autocast
+        if decision.grad_scaling:
             self.grad_scaler = grad_scaler if grad_scaler is not None else torch.amp.GradScaler(self.device_type)
         else:
             if grad_scaler is not None:
                 logger.warning("AMP bfloat16 needs no gradient scaling: the given grad_scaler is not used")
             self.grad_scaler = None
-
-    @staticmethod
-    def _cpu_bf16_wanted(precision: Union[str, torch.dtype]) -> bool:
-        """Whether to autocast to bfloat16 on this CPU (logs the reason when not)."""
-        native = cpu_native_bf16()
-        if native:
-            logger.info("AMP: this CPU computes bfloat16 natively (%s)", native)
-            return True
-        if isinstance(precision, str) and precision.lower() == "auto":
-            logger.warning("AMP: this CPU has no native bfloat16 (no AVX512-BF16 or AMX), where bfloat16 "
-                           "autocast is emulated and many times slower than float32: training runs in "
-                           "float32 (SOLVER.AMP.DTYPE bfloat16 forces autocast)")
-            return False
-        logger.warning("AMP: this CPU has no native bfloat16 (no AVX512-BF16 or AMX): bfloat16 autocast "
-                       "is emulated and many times slower than float32 (SOLVER.AMP.DTYPE auto avoids it)")
-        return True
 
     def _autocast(self):
         if not self.autocast_enabled:

@@ -5,8 +5,8 @@ from typing import Optional
 from torch import nn
 
 from ..config import CfgNode
+from ..config.run_plan import build_run_plan
 from ..modeling import build_model
-from ..modeling.compile import normalize_compile_mode
 from ..utils.checkpoint import Checkpointer, load_checkpoint_file
 
 __all__ = [
@@ -48,9 +48,8 @@ def inference_config(cfg: CfgNode) -> CfgNode:
 
     MODEL.BACKBONE.PRETRAIN is switched off (the weights come from MODEL.WEIGHTS), a
     MODEL.HEADS.NUM_CLASSES of 0 is filled from the checkpoint's classifier (so the
-    whole checkpoint loads without shape warnings), else with a placeholder, and MODEL.COMPILE
-    auto becomes off: auto chooses for training, where its guard can fall back; a single
-    evaluation pass would pay the compilation without that guard (an explicit mode is kept).
+    whole checkpoint loads without shape warnings), else with a placeholder. Whether the model
+    is compiled is the run plan's decision (purpose "evaluate" or "serve"), not the config's.
 
     Args:
         cfg: the user's config (not modified).
@@ -60,8 +59,6 @@ def inference_config(cfg: CfgNode) -> CfgNode:
     cfg = cfg.clone()
     cfg.defrost()
     cfg.MODEL.BACKBONE.PRETRAIN = False
-    if normalize_compile_mode(cfg.MODEL.COMPILE) == "auto":
-        cfg.MODEL.COMPILE = "off"
     if cfg.MODEL.HEADS.NUM_CLASSES <= 0:
         found = checkpoint_num_classes(cfg.MODEL.WEIGHTS) if cfg.MODEL.WEIGHTS else None
         cfg.MODEL.HEADS.NUM_CLASSES = found or PLACEHOLDER_NUM_CLASSES
@@ -75,15 +72,11 @@ def build_inference_model(cfg: CfgNode) -> nn.Module:
     Args:
         cfg: the config (MODEL.* and INPUT.SIZE_TEST are read by the model builder).
     Returns:
-        the model on MODEL.DEVICE, in eval mode, without gradients, eager (MODEL.COMPILE is not applied).
+        the model on MODEL.DEVICE, in eval mode, without gradients, eager: the run plan's "serve"
+        purpose (exporters trace this model, and a served model's calls come one batch at a time).
     """
-    cfg = inference_config(cfg).clone()
-    cfg.defrost()
-    # Eager: exporters trace this model (torch.onnx, TorchScript), which must not run through
-    # torch.compile, and a served model's calls come one batch at a time, of any size.
-    cfg.MODEL.COMPILE = "off"
-    cfg.freeze()
-    model = build_model(cfg)
+    cfg = inference_config(cfg)
+    model = build_model(cfg, build_run_plan(cfg, purpose="serve"))
     if cfg.MODEL.WEIGHTS:
         Checkpointer(model).load(cfg.MODEL.WEIGHTS, checkpointables=[])
     else:

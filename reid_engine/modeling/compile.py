@@ -1,71 +1,28 @@
-"""MODEL.COMPILE: which torch.compile mode a run uses, and compiling a model in place.
+"""Compiling a model in place (torch.compile), turning it back to eager, and running it eagerly for a while.
 
-The modes are torch.compile's (``default``, ``reduce-overhead`` = CUDA graphs,
-``max-autotune``, ``max-autotune-no-cudagraphs``) plus ``off`` and ``auto``. ``auto``
-picks per device and architecture (:func:`resolve_compile_mode`); the engine may still
-turn an ``auto`` choice back to eager at run time (a compile error, recompilations,
-a compiled step slower than eager), while an explicit mode never falls back.
+Which mode a run uses (MODEL.COMPILE: torch.compile's ``default``, ``reduce-overhead`` = CUDA
+graphs, ``max-autotune``, ``max-autotune-no-cudagraphs``, plus ``off`` and ``auto``) is the run
+plan's decision (``config.run_plan``; its mode functions are re-exported here); the engine may
+still turn an ``auto`` choice back to eager at run time (a compile error, recompilations, a
+compiled step slower than eager), while an explicit mode never falls back. The mode a model
+was compiled with is recorded on it by :func:`compile_model` (``compile_mode``), the one
+place that compiles, and read by ``utils.compiled``.
 
 A meta architecture that must not run compiled under ``auto`` says why in its class
 attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).
 """
 import contextlib
 import os
-from typing import Optional, Tuple
 
 import torch
 from torch import nn
 
+from reid_engine.config.run_plan import COMPILE_BACKENDS, COMPILE_MODES, normalize_compile_mode, resolve_compile_mode
 from reid_engine.utils.comm import unwrap_model
 from reid_engine.utils.registry import check_choice
 
 __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model",
            "uncompile_model", "eager_calls", "inductor_cache_dir", "disable_eager_methods"]
-
-COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
-_ALIASES = {"on": "default", "true": "default", "false": "off"}
-COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
-
-
-def normalize_compile_mode(value) -> str:
-    """The canonical MODEL.COMPILE mode of a config value (aliases resolved).
-
-    Args:
-        value: the config value (a mode name, on / off, True / False).
-    Returns:
-        one of COMPILE_MODES.
-    Raises:
-        UnknownChoiceError: not a mode (one line with the choices and the closest).
-    """
-    text = str(value).strip().lower()
-    return check_choice(_ALIASES.get(text, text), COMPILE_MODES, "MODEL.COMPILE")
-
-
-def resolve_compile_mode(value, device: torch.device, model: Optional[nn.Module] = None) -> Tuple[str, str]:
-    """The mode a run compiles with, and why (for one log line).
-
-    ``auto``: reduce-overhead (CUDA graphs) for CUDA training, unless the architecture is
-    eager-only; eager on the CPU, where compiling the main job bought no speed in the
-    trainer loop (README, "Compiled training") and costs a C++ build.
-
-    Args:
-        value: MODEL.COMPILE.
-        device: the training device.
-        model: the built model (its class's EAGER_ONLY_REASON is read), or None.
-    Returns:
-        (mode, reason): mode is "off" or a torch.compile mode.
-    """
-    mode = normalize_compile_mode(value)
-    if mode != "auto":
-        return mode, f"MODEL.COMPILE {value}"
-    eager_only = getattr(type(model), "EAGER_ONLY_REASON", None) if model is not None else None
-    if eager_only:
-        return "off", f"auto: {type(model).__name__} trains eager ({eager_only})"
-    if device.type == "cuda":
-        return "reduce-overhead", "auto: CUDA training runs in CUDA graphs (reduce-overhead)"
-    return "off", f"auto: eager on {device.type} (compiling was not faster there)"
-
 
 def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.Module:
     """Compile `model` in place (nn.Module.compile), so state_dict keys keep their eager names.
@@ -86,6 +43,7 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.
         model.compile(mode=None if mode == "default" else mode)
     else:
         model.compile(backend=backend)
+    model.compile_mode = mode  # what utils.compiled reads (CUDA graphs or not)
     return model
 
 

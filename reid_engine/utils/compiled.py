@@ -34,7 +34,7 @@ def uses_cuda_graphs(model: nn.Module) -> bool:
     """Whether the model's compiled calls replay CUDA graphs (reduce-overhead / max-autotune on CUDA).
 
     Args:
-        model: a model, wrapped or not; its ``compile_mode`` (set by build_model) is read.
+        model: a model, wrapped or not; its ``compile_mode`` (recorded by modeling.compile.compile_model) is read.
     Returns:
         True when outputs are overwritten by the next call.
     """

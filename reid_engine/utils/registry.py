@@ -45,7 +45,7 @@ from fvcore.common.registry import Registry as _FvcoreRegistry
 from .errors import USAGE_EXIT_CODE, ReidUserError
 
 __all__ = ["Registry", "UnknownChoiceError", "lookup", "check_choice", "closest_match",
-           "unknown_choice_message"]
+           "unknown_choice_message", "registry_for_key"]
 
 
 class UnknownChoiceError(ReidUserError, KeyError, ValueError):
@@ -150,6 +150,20 @@ def lookup(choices: Union[Mapping[str, Any], "_FvcoreRegistry"], value: Any, key
     return choices[value]
 
 
+# The first registry made for each config key: lower layers (the run plan) look a registered
+# class up by the key that names it, without importing the package that defines the registry.
+_BY_KEY: dict = {}
+
+
+def registry_for_key(key: str) -> Optional["Registry"]:
+    """The registry whose names the config key `key` holds, or None while none is loaded.
+
+    Args:
+        key: a config key, e.g. "MODEL.META_ARCHITECTURE".
+    """
+    return _BY_KEY.get(key)
+
+
 class Registry(_FvcoreRegistry):
     """fvcore's Registry with a one-line, suggesting lookup and the package's build contract.
 
@@ -162,6 +176,8 @@ class Registry(_FvcoreRegistry):
     def __init__(self, name: str, key: Optional[str] = None):
         super().__init__(name)
         self.key = key
+        if key is not None:
+            _BY_KEY.setdefault(key, self)
 
     def names(self) -> List[str]:
         """The registered names, sorted."""

@@ -369,14 +369,18 @@ def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monk
 
 def test_inference_builds_eager_under_auto_and_export_models_always_eager():
     from reid_engine.config import get_cfg
-    from reid_engine.inference import build_inference_model, inference_config
+    from reid_engine.config.run_plan import build_run_plan, compile_decision
+    from reid_engine.inference import build_inference_model
 
+    cuda = torch.device("cuda")
+    assert compile_decision("train", "auto", cuda)[0] == "reduce-overhead"
+    assert compile_decision("evaluate", "auto", cuda)[0] == "off"  # --eval-only
+    assert compile_decision("evaluate", "default", cuda)[0] == "default"  # an explicit mode is kept for --eval-only
+    assert compile_decision("serve", "default", cuda)[0] == "off"
     cfg = get_cfg()
     cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.DEPTH", "18x", "MODEL.BACKBONE.PRETRAIN", False,
-                         "MODEL.HEADS.NUM_CLASSES", 4])
-    assert cfg.MODEL.COMPILE == "auto" and inference_config(cfg).MODEL.COMPILE == "off"  # --eval-only
-    cfg.merge_from_list(["MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
-    assert inference_config(cfg).MODEL.COMPILE == "default"  # an explicit mode is kept for --eval-only
+                         "MODEL.HEADS.NUM_CLASSES", 4, "MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
+    assert build_run_plan(cfg, purpose="evaluate").compile_mode == "default"
     assert not is_compiled(build_inference_model(cfg))  # traced by exporters: never compiled
 
 

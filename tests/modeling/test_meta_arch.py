@@ -1,9 +1,11 @@
 """Baseline and build_model: normalisation, eval features, training losses, logging."""
+import dataclasses
 import logging
 
 import pytest
 import torch
 
+from reid_engine.config.run_plan import build_run_plan
 from reid_engine.modeling import META_ARCH_REGISTRY, Baseline, build_model
 from reid_engine.modeling.meta_arch import summary
 from reid_engine.modeling.meta_arch.build import check_model_config
@@ -140,8 +142,9 @@ def test_flops_are_counted_before_the_model_reaches_the_training_device(monkeypa
         return counted(model, image_size)
 
     monkeypatch.setattr(build_module, "log_model_summary", record)
-    monkeypatch.setattr(build_module, "resolve_device", lambda name: torch.device("meta"))
-    model = build_model(tiny_cfg("18x"))
+    cfg = tiny_cfg("18x")
+    on_meta = dataclasses.replace(build_run_plan(cfg), device=torch.device("meta"))
+    model = build_model(cfg, on_meta)
     assert seen == ["cpu"]
     assert next(model.parameters()).device.type == "meta"
 

@@ -1,4 +1,5 @@
-"""``build_transforms``: the one reader of the ``INPUT.*`` config keys."""
+"""``build_transforms``: the one reader of the ``INPUT.*`` config keys, but for where the batched ops run
+(INPUT.DEVICE_AUGMENT), which the run plan decides (``config.run_plan.device_augment_decision``)."""
 
 import logging
 from typing import List, Optional, Tuple, Union
@@ -7,7 +8,8 @@ import numpy as np
 import torch
 
 from reid_engine.config import ConfigError
-from reid_engine.utils.registry import UnknownChoiceError, check_choice
+from reid_engine.config.run_plan import DEVICE_AUGMENT_CHOICES, batched_op_names, device_augment_decision, reordered_keys
+from reid_engine.utils.registry import UnknownChoiceError
 
 from .autoaugment import AugMix, AutoAugment
 from .base import AugmentationPipeline, RandomApply, Transform
@@ -19,13 +21,6 @@ from .photometric import ColorJitter
 __all__ = ["build_transforms", "build_batch_augmentation", "device_augment_enabled", "DEVICE_AUGMENT_CHOICES"]
 
 logger = logging.getLogger(__name__)
-
-#: INPUT.DEVICE_AUGMENT values
-DEVICE_AUGMENT_CHOICES = ("auto", "on", "off")
-#: per-image ops that come after pad-crop / flip and before random patch's batch op: with
-#: INPUT.DEVICE_AUGMENT on they would run before the moved ops, so ``auto`` keeps those per image
-_REORDERED = ("CJ", "AFFINE", "AUGMIX", "RPT")
-
 
 def _size(values, key: str):
     """Return a ``[height, width]`` config value as a tuple, or raise a one-line error."""
@@ -73,15 +68,21 @@ def _train_ops(inp, batched: bool) -> List[Transform]:
     return ops
 
 
-def batched_op_names(cfg) -> Tuple[str, ...]:
-    """The enabled ops INPUT.DEVICE_AUGMENT moves: a subset of ("pad-crop", "flip", "erasing")."""
-    inp = cfg.INPUT
-    return tuple(name for name, on in (("pad-crop", inp.PADDING.ENABLED), ("flip", inp.FLIP.ENABLED),
-                                       ("erasing", inp.REA.ENABLED)) if on)
+def device_augment_enabled(cfg, device: Union[str, torch.device, None] = None) -> bool:
+    """Whether pad-crop, flip and random erasing run batched on the device (INPUT.DEVICE_AUGMENT).
 
+    The rule is the run plan's (``config.run_plan.device_augment_decision``): ``auto`` turns it
+    on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled.
 
-def _reordered_keys(cfg) -> Tuple[str, ...]:
-    return tuple(f"INPUT.{key}" for key in _REORDERED if cfg.INPUT[key].ENABLED)
+    Args:
+        cfg: the config (INPUT.*, MODEL.DEVICE).
+        device: the training device (default: the one MODEL.DEVICE names; "auto" means cuda when available).
+    Returns:
+        True when the per-image training pipeline leaves these ops to :class:`BatchAugmentation`.
+    Raises:
+        UnknownChoiceError: INPUT.DEVICE_AUGMENT is not auto, on or off.
+    """
+    return device_augment_decision(cfg, _device_type(cfg.MODEL.DEVICE if device is None else device))[0]
 
 
 def _device_type(name: Union[str, torch.device]) -> str:
@@ -90,29 +91,6 @@ def _device_type(name: Union[str, torch.device]) -> str:
     if text == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return "cuda" if text.startswith("cuda") else "cpu"
-
-
-def device_augment_enabled(cfg, device: Union[str, torch.device, None] = None) -> bool:
-    """Whether pad-crop, flip and random erasing run batched on the device (INPUT.DEVICE_AUGMENT).
-
-    ``auto`` turns it on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled
-    (they would then run before the moved ops instead of after them); on the CPU the
-    per-image path stays (the batched ops measured no faster there: the README's loader figures).
-
-    Args:
-        cfg: the config (INPUT.*, MODEL.DEVICE).
-        device: the training device (default: the one MODEL.DEVICE names).
-    Returns:
-        True when the per-image training pipeline leaves these ops to :class:`BatchAugmentation`.
-    Raises:
-        UnknownChoiceError: INPUT.DEVICE_AUGMENT is not auto, on or off.
-    """
-    mode = check_choice(cfg.INPUT.DEVICE_AUGMENT, DEVICE_AUGMENT_CHOICES, "INPUT.DEVICE_AUGMENT")
-    if mode == "off" or not batched_op_names(cfg):
-        return False
-    if mode == "on":
-        return True
-    return _device_type(cfg.MODEL.DEVICE if device is None else device) == "cuda" and not _reordered_keys(cfg)
 
 
 def build_batch_augmentation(cfg, device: Union[str, torch.device], seed: int,
@@ -132,25 +110,22 @@ def build_batch_augmentation(cfg, device: Union[str, torch.device], seed: int,
     Raises:
         ConfigError: a wrong INPUT value.
     """
-    names, mode, device = batched_op_names(cfg), cfg.INPUT.DEVICE_AUGMENT, torch.device(device)
-    if not device_augment_enabled(cfg, device):
+    names, device = batched_op_names(cfg), torch.device(device)
+    enabled, reason = device_augment_decision(cfg, device.type)
+    if not enabled:
         if names:
-            why = (f"{', '.join(_reordered_keys(cfg))} must run after them" if device.type == "cuda" else
-                   f"on {device.type} the batched ops are no faster")
-            logger.info("Augmentation: %s per image in the loader workers (INPUT.DEVICE_AUGMENT %s%s)",
-                        ", ".join(names), mode, f": {why}" if mode == "auto" else "")
+            logger.info("Augmentation: %s per image in the loader workers (%s)", ", ".join(names), reason)
         return None
-    if _reordered_keys(cfg):
+    if reordered_keys(cfg):
         logger.warning("INPUT.DEVICE_AUGMENT on: %s now run before %s instead of after them; set it to off "
-                       "to keep the per-image order", ", ".join(_reordered_keys(cfg)), ", ".join(names))
+                       "to keep the per-image order", ", ".join(reordered_keys(cfg)), ", ".join(names))
     try:
         pad_crop, flip, erasing = _movable_ops(cfg.INPUT, None)
     except ValueError as e:  # the ops check their own arguments; they name the INPUT key
         raise ConfigError(f"{e}: fix that INPUT value") from e
     words = np.random.SeedSequence([int(seed), int(rank), 4]).generate_state(2, dtype=np.uint32)
     augment = BatchAugmentation(device, (int(words[0]) << 31) | (int(words[1]) >> 1), flip, pad_crop, erasing)
-    logger.info("Augmentation: %s batched on %s before the forward pass (INPUT.DEVICE_AUGMENT %s)",
-                ", ".join(names), device, mode)
+    logger.info("Augmentation: %s batched on %s before the forward pass (%s)", ", ".join(names), device, reason)
     return augment
 
 

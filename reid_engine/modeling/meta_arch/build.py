@@ -1,14 +1,22 @@
-"""Meta-architecture registry and `build_model` (MODEL.META_ARCHITECTURE, MODEL.DEVICE)."""
+"""Meta-architecture registry and `build_model` (MODEL.META_ARCHITECTURE; device, layout and compilation from the run plan)."""
 import logging
 import time
+from typing import Optional
 
 import torch
 from torch import nn
 
-from reid_engine.utils.env import cpu_native_bf16, resolve_device
+from reid_engine.config.run_plan import (
+    CHANNELS_LAST_CHOICES,
+    COMPILE_BACKENDS,
+    RunPlan,
+    build_run_plan,
+    normalize_compile_mode,
+    use_channels_last,
+)
 from reid_engine.utils.registry import Registry, check_choice
 
-from ..compile import COMPILE_BACKENDS, compile_model, inductor_cache_dir, normalize_compile_mode, resolve_compile_mode
+from ..compile import compile_model, inductor_cache_dir
 from ..layers.cpu_bf16_conv import convert_to_matmul_grad_convs
 from .summary import log_model_summary
 
@@ -39,18 +47,22 @@ def check_model_config(cfg) -> None:
     check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
 
 
-def build_model(cfg) -> nn.Module:
-    """Build the whole model, log its size and FLOPs (counted on the CPU), move it to MODEL.DEVICE.
+def build_model(cfg, plan: Optional[RunPlan] = None) -> nn.Module:
+    """Build the whole model, log its size and FLOPs (counted on the CPU), lay it out and compile it as the
+    run plan says, and move it to the plan's device.
 
     Args:
         cfg: the config tree.
+        plan: the run plan (device, channels_last, CPU bf16 weight gradients, compile mode); default:
+            this process's training plan of `cfg` (``build_run_plan(cfg)``).
 
     Returns:
-        the model, in training mode, on the resolved device.
+        the model, in training mode, on the plan's device.
     """
     name = cfg.MODEL.META_ARCHITECTURE
     META_ARCH_REGISTRY.get(name)  # an unknown name fails before the device check
-    device = resolve_device(cfg.MODEL.DEVICE)
+    plan = plan if plan is not None else build_run_plan(cfg)
+    device = plan.device
     # Building (and loading ImageNet weights) can take a while with nothing else logged.
     logger.info("Building model %s (backbone %s, depth %s) ...", name, cfg.MODEL.BACKBONE.NAME,
                 cfg.MODEL.BACKBONE.DEPTH)
@@ -59,50 +71,26 @@ def build_model(cfg) -> nn.Module:
     # Counted while the model is still on the CPU: tracing on the training device would
     # leave its activations (and cudnn autotuning workspaces) in that device's memory.
     log_model_summary(model, tuple(cfg.INPUT.SIZE_TEST))
-    cpu_bf16 = bool(device.type == "cpu" and cfg.SOLVER.AMP.ENABLED and cpu_native_bf16())
-    channels_last = use_channels_last(cfg.MODEL.CHANNELS_LAST, device, cpu_bf16=cpu_bf16)
-    if cpu_bf16:
+    if plan.cpu_bf16_weight_grad:
         # oneDNN's bfloat16 weight gradient is slow on small maps (layers.cpu_bf16_conv);
         # the converted convolutions are plain nn.Conv2d outside bfloat16 autocast.
         convert_to_matmul_grad_convs(model)
-    if channels_last:
+    if plan.channels_last:
         # Still on the CPU: converting on the device would hold a second copy of each weight
         # there while it is converted (a peak of the weights plus the largest one); a weight
         # already in channels_last moves to the device as it is.
         model.to(memory_format=torch.channels_last)
     model.to(device)
-    model.channels_last = channels_last  # preprocess_image lays the images out to match
-    mode, reason = resolve_compile_mode(cfg.MODEL.COMPILE, device, model)
-    if mode != "off":
+    model.channels_last = plan.channels_last  # preprocess_image lays the images out to match
+    model.compile_mode = "off"
+    if plan.compiled:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
-        compile_model(model, mode, cfg.MODEL.COMPILE_BACKEND)
-    model.compile_mode = mode
-    logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if channels_last else "",
-                ", matrix-product bfloat16 weight gradients on small maps" if cpu_bf16 else "",
+        compile_model(model, plan.compile_mode, plan.compile_backend)
+    logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if plan.channels_last else "",
+                ", matrix-product bfloat16 weight gradients on small maps" if plan.cpu_bf16_weight_grad else "",
                 time.perf_counter() - start)
-    backend = cfg.MODEL.COMPILE_BACKEND
+    backend = plan.compile_backend
     cache = f", cache {inductor_cache_dir()}" if backend == "inductor" else ""
-    logger.info("Compile: %s (%s)", "eager" if mode == "off" else f"torch.compile mode {mode}, backend {backend}{cache}",
-                reason)
+    logger.info("Compile: %s (%s)", "eager" if not plan.compiled else
+                f"torch.compile mode {plan.compile_mode}, backend {backend}{cache}", plan.reasons["compile_mode"])
     return model
-
-
-CHANNELS_LAST_CHOICES = ("auto", "on", "off")
-
-
-def use_channels_last(setting: str, device: torch.device, cpu_bf16: bool = False) -> bool:
-    """Whether MODEL.CHANNELS_LAST turns the channels_last memory format on for `device`.
-
-    Args:
-        setting: "auto" (on for CUDA, where convolutions are faster in it; on the CPU only with
-            ``cpu_bf16``: oneDNN's bfloat16 kernels work in that layout, and the stem's max
-            pooling is several times faster in it; float32 CPU training stays contiguous),
-            "on" or "off".
-        device: the model's device.
-        cpu_bf16: the model trains under bfloat16 autocast on a CPU that computes it natively
-            (SOLVER.AMP.ENABLED on such a CPU).
-    """
-    check_choice(setting, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
-    if setting != "auto":
-        return setting == "on"
-    return device.type == "cuda" or (device.type == "cpu" and cpu_bf16)

@@ -1,0 +1,221 @@
+"""The generic training loop: hooks (:class:`HookBase`) and the trainer that calls them (:class:`TrainerBase`).
+
+The order of hook calls and what the trainer's state dict holds (for exact resume) are the
+contract every trainer and hook builds on; the step itself is ``engine.train_loop``'s.
+"""
+import logging
+import weakref
+from typing import Dict, Iterable, List, Mapping, Optional
+
+import torch
+
+from ..utils.events import EventStorage
+from .loader_faults import loader_worker_error
+from .preemption import TrainingPreempted
+
+__all__ = ["HookBase", "TrainerBase"]
+
+# The name these lines have had in log.txt since the loop lived in train_loop.py.
+logger = logging.getLogger("reid_engine.engine.train_loop")
+
+
+class HookBase:
+    """Base class of the hooks a :class:`TrainerBase` calls around each iteration.
+
+    ``self.trainer`` is set by :meth:`TrainerBase.register_hooks` to a weak proxy of
+    the trainer. Order of calls::
+
+        before_train()
+        for iter in range(start_iter, max_iter):
+            before_step(); trainer.run_step() (calls after_backward()); after_step()
+        after_train()   # also when a step raised
+
+    ``before_step`` must be cheap; slow work belongs in ``after_step``.
+    """
+
+    trainer: "TrainerBase" = None
+
+    def before_train(self) -> None:
+        """Called once before the first iteration."""
+
+    def after_train(self) -> None:
+        """Called once after the last iteration, or after a failed one."""
+
+    def before_step(self) -> None:
+        """Called before each iteration."""
+
+    def after_backward(self) -> None:
+        """Called after the backward pass of each iteration, before the optimizer step."""
+
+    def after_step(self) -> None:
+        """Called after each iteration."""
+
+    def state_dict(self) -> dict:
+        """Return the hook's state for checkpoints; ``{}`` means stateless."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore a state returned by :meth:`state_dict`."""
+
+
+class TrainerBase:
+    """A trainer with hooks: runs ``run_step`` from ``start_iter`` to ``max_iter``.
+
+    Attributes:
+        iter: the current iteration (``max_iter`` once training completed).
+        start_iter, max_iter: the range of the current/last ``train`` call.
+        storage: the :class:`EventStorage` opened during training.
+        warmup_step: False at the start of each step; a ``run_step`` that pays a one-off
+            cost (compilation, graph capture) sets it, and the IterationTimer then leaves
+            the step out of ``time``, the ETA and the overall speed.
+    """
+
+    def __init__(self) -> None:
+        self._hooks: List[HookBase] = []
+        self.iter: int = 0
+        self.start_iter: int = 0
+        self.max_iter: int = 0
+        self.storage: Optional[EventStorage] = None
+        self._pending_storage_state: Optional[dict] = None
+        self._training = False  # inside train(): self.storage is the open storage
+        self.warmup_step = False
+
+    def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
+        """Append hooks (called in this order); None entries are dropped.
+
+        Each hook gets ``hook.trainer``, a weak proxy of this trainer, so hooks never
+        keep it alive (no reference cycle).
+        """
+        hooks = [h for h in hooks if h is not None]
+        for h in hooks:
+            if not isinstance(h, HookBase):
+                raise TypeError(f"register_hooks expects HookBase instances, got {type(h).__name__}")
+            h.trainer = weakref.proxy(self)
+        self._hooks.extend(hooks)
+
+    def train(self, start_iter: int, max_iter: int) -> None:
+        """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks.
+
+        Raises:
+            ValueError: when ``start_iter >= max_iter``.
+        """
+        start_iter, max_iter = int(start_iter), int(max_iter)
+        if start_iter >= max_iter:
+            raise ValueError(
+                f"nothing to train: start_iter {start_iter} >= max_iter {max_iter} (the run is "
+                "already complete; increase the schedule length or start without --resume)"
+            )
+        logger.info(f"Starting training from iteration {start_iter}")
+        self.iter = self.start_iter = start_iter
+        self.max_iter = max_iter
+        with EventStorage(start_iter) as self.storage:
+            if self._pending_storage_state is not None:
+                self.storage.load_state_dict(self._pending_storage_state)
+                self._pending_storage_state = None
+            self._training = True
+            try:
+                self.before_train()
+                if torch.cuda.is_initialized():
+                    # max_mem in the log then describes training, not model building or set-up.
+                    torch.cuda.reset_peak_memory_stats()
+                for self.iter in range(start_iter, max_iter):
+                    self.before_step()
+                    self.run_step()
+                    self.after_step()
+                self.flush_metrics()  # a bad loss staged in the last steps fails the run here
+                # One past the last step, so hooks can tell a completed run from a failed one.
+                self.iter += 1
+            except TrainingPreempted:
+                raise  # a requested stop, logged by the hook: no traceback
+            except Exception as e:
+                translated = loader_worker_error(e, self.iter)
+                if translated is not None:
+                    logger.error(str(translated))
+                    raise translated from e
+                logger.exception(f"Exception during training at iteration {self.iter}:")
+                raise
+            finally:
+                try:
+                    self.after_train()
+                finally:
+                    self._training = False
+
+    def before_train(self) -> None:
+        """Call ``before_train`` of every hook."""
+        for h in self._hooks:
+            h.before_train()
+
+    def after_train(self) -> None:
+        """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
+        self.storage.iter = self.iter
+        for h in self._hooks:
+            h.after_train()
+
+    def flush_metrics(self) -> None:
+        """Write metrics a step computed but has not fetched yet (none here; see
+        SimpleTrainer). Hooks call it before they save a checkpoint or evaluate."""
+
+    def before_step(self) -> None:
+        """Align the storage iteration with the trainer's, then call the hooks."""
+        self.storage.iter = self.iter
+        self.warmup_step = False
+        for h in self._hooks:
+            h.before_step()
+
+    def after_backward(self) -> None:
+        """Call ``after_backward`` of every hook."""
+        for h in self._hooks:
+            h.after_backward()
+
+    def after_step(self) -> None:
+        """Call ``after_step`` of every hook."""
+        for h in self._hooks:
+            h.after_step()
+
+    def run_step(self) -> None:
+        """Run one iteration; implemented by subclasses."""
+        raise NotImplementedError
+
+    def _hook_state_keys(self) -> List[str]:
+        """One key per hook: its class name, ``Name#2``, ``Name#3`` for repeated classes."""
+        seen: Dict[str, int] = {}
+        keys = []
+        for h in self._hooks:
+            name = type(h).__qualname__
+            seen[name] = seen.get(name, 0) + 1
+            keys.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        return keys
+
+    def state_dict(self) -> dict:
+        """Return ``{"iteration", "hooks": {ClassName: state}, "storage"}`` (stateless
+        hooks are left out; ``storage`` only while or after training)."""
+        ret: dict = {"iteration": self.iter}
+        hooks_state = {}
+        for key, h in zip(self._hook_state_keys(), self._hooks):
+            state = h.state_dict()
+            if state:
+                hooks_state[key] = state
+        ret["hooks"] = hooks_state
+        if self._pending_storage_state is not None:  # loaded but training not started yet
+            ret["storage"] = self._pending_storage_state
+        elif self.storage is not None:
+            ret["storage"] = self.storage.state_dict()
+        return ret
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore iteration, hook states (warning about unknown ones) and the event
+        histories (applied when ``train`` opens its storage)."""
+        self.iter = int(state_dict["iteration"])
+        hooks_by_key = dict(zip(self._hook_state_keys(), self._hooks))
+        for key, value in state_dict.get("hooks", {}).items():
+            hook = hooks_by_key.get(key)
+            if hook is None:
+                logger.warning(f"Cannot find the hook '{key}' in this trainer: its saved state is ignored")
+                continue
+            hook.load_state_dict(value)
+        storage_state = state_dict.get("storage")
+        if storage_state is not None:
+            if self._training:
+                self.storage.load_state_dict(storage_state)
+            else:
+                self._pending_storage_state = storage_state
