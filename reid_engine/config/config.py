@@ -12,6 +12,7 @@ import yaml
 from fvcore.common.config import CfgNode as _FvcoreCfgNode
 
 from ..utils.errors import ReidUserError
+from .on_off_keys import ON_OFF_KEYS
 
 BASE_KEY = "_BASE_"
 
@@ -48,12 +49,6 @@ def _suggest(key: str, candidates: List[str]) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
-def _on_off_keys():
-    from .defaults import ON_OFF_KEYS  # defaults imports this module
-
-    return ON_OFF_KEYS
-
-
 def _type_name(value) -> str:
     return type(value).__name__
 
@@ -66,7 +61,7 @@ def _coerce(key: str, new, old):
     """
     if old is None or new is None or type(new) is type(old):
         return new
-    if isinstance(old, str) and isinstance(new, bool) and key in _on_off_keys():
+    if isinstance(old, str) and isinstance(new, bool) and key in ON_OFF_KEYS:
         return "on" if new else "off"
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
         return type(old)(new)

@@ -19,6 +19,7 @@ from .. import __version__
 from ..config import CfgNode
 from ..data import build_transforms
 from ..utils.errors import ReidUserError
+from .ort_session import onnx_session
 
 __all__ = ["CONTRACT_FILE", "DeployContract", "ContractError", "contract_from_config", "read_contract",
            "transform_sizes"]
@@ -205,8 +206,6 @@ def read_contract(path: str) -> DeployContract:
     try:
         import onnx
     except ImportError:  # onnxruntime alone reads the metadata too (it builds a session)
-        from .onnx_runtime import onnx_session
-
         return DeployContract.from_dict(onnx_session(path, threads=1).get_modelmeta().custom_metadata_map, source=path)
     try:
         model = onnx.load(path, load_external_data=False)

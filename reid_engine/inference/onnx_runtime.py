@@ -16,8 +16,9 @@ import torch
 from torch import nn
 
 from ..config import CfgNode
-from ..utils.errors import ReidUserError, UsageError, require_module
+from ..utils.errors import UsageError
 from .contract import DeployContract
+from .ort_session import onnx_session
 
 __all__ = ["BACKENDS", "OnnxRuntimeModel", "resolve_backend", "onnx_session", "contract_config"]
 
@@ -43,37 +44,12 @@ def resolve_backend(weights: str, backend: Optional[str] = None) -> str:
     return backend
 
 
-def onnx_session(path: str, threads: int = 0, providers: Optional[Sequence[str]] = None):
-    """An onnxruntime.InferenceSession of `path` (CPU by default).
-
-    Args:
-        path: the .onnx file.
-        threads: intra-op threads (0: onnxruntime's default, one per core).
-        providers: execution providers (default ["CPUExecutionProvider"]).
-    Raises:
-        MissingPackageError: onnxruntime is not installed (one line: pip install onnxruntime).
-        ReidUserError: the file is missing or onnxruntime cannot load it.
-    """
-    ort = require_module("onnxruntime", f"running {os.path.basename(path)} with the ONNX Runtime back end")
-    if not os.path.isfile(path):
-        raise ReidUserError(f"ONNX file {path} does not exist (MODEL.WEIGHTS): export one with reid-export")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = int(threads)
-    options.log_severity_level = 3  # errors only: no per-node warnings on the console
-    try:
-        return ort.InferenceSession(path, options, providers=list(providers or ["CPUExecutionProvider"]))
-    except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ReidUserError(f"onnxruntime cannot load {path} ({first}): pass a .onnx file written by "
-                            "reid-export") from None
-
-
 class OnnxRuntimeModel(nn.Module):
     """An exported ONNX feature module run by ONNX Runtime, with the model interface.
 
     Args:
         path: the .onnx file (written by reid-export: it carries its contract).
-        threads, providers: see `onnx_session`.
+        threads, providers: see `ort_session.onnx_session`.
 
     Attributes:
         path: the file.
