@@ -16,25 +16,26 @@ extension points (same API, same file layout: ``<save_dir>/<name>.pth`` plus a
   opts in; one-line errors that name the path);
 - ``resume_or_load`` falls back to the newest loadable checkpoint of the folder when
   the one ``last_checkpoint`` names is missing, truncated or corrupt;
-- keys that do not fit the model are reported in one compact summary, never a crash;
-- keep-last-N looks at the folder, so it keeps working across restarts.
+- keys that do not fit the model are reported in one compact summary
+  (:mod:`~.load_summary`), never a crash;
+- keep-last-N looks at the folder, so it keeps working across restarts
+  (:mod:`~.periodic_checkpointer`; its names are re-exported here).
 """
 import contextlib
-import itertools
 import logging
 import os
 import re
-from collections import defaultdict
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from fvcore.common.checkpoint import Checkpointer as _FvCheckpointer
-from fvcore.common.checkpoint import PeriodicCheckpointer as _FvPeriodicCheckpointer
 
 from . import comm
 from .checksum import CHECKSUM_KEY, payload_checksum
-from .errors import USAGE_EXIT_CODE, ReidUserError
+from .errors import ReidUserError
 from .file_io import AtomicWritePathManager, WriteErrorRecorder, remove_stale_temp_files, write_failure
+from .load_summary import drop_tied_aliases, format_load_summary
+from .periodic_checkpointer import CheckpointScheduleError, PeriodicCheckpointer
 from .safe_load import (
     UNSAFE_LOAD_ENV,
     CheckpointError,
@@ -59,86 +60,7 @@ __all__ = [
     "format_load_summary",
 ]
 
-# Longest list of key groups printed per category in the load summary.
-_MAX_GROUPS_SHOWN = 20
-
 logger = logging.getLogger(__name__)
-
-
-# --------------------------------------------------------------------- load summary
-
-
-def _group_keys(keys: Iterable[str]) -> List[str]:
-    """Compact key groups: ``a.b.{bias, weight}`` for keys sharing a module prefix."""
-    groups: Dict[str, List[str]] = {}
-    for key in sorted(keys):
-        head, _, tail = key.rpartition(".")
-        groups.setdefault(head, []).append(tail)
-    lines = []
-    for head, tails in groups.items():
-        if not head:
-            lines.extend(tails)
-        elif len(tails) == 1:
-            lines.append(f"{head}.{tails[0]}")
-        else:
-            lines.append(f"{head}.{{{', '.join(tails)}}}")
-    return lines
-
-
-def _bounded(lines: List[str]) -> List[str]:
-    if len(lines) <= _MAX_GROUPS_SHOWN:
-        return lines
-    return lines[:_MAX_GROUPS_SHOWN] + [f"... and {len(lines) - _MAX_GROUPS_SHOWN} more"]
-
-
-def format_load_summary(
-    source: str,
-    num_model_keys: int,
-    missing: List[str],
-    unexpected: List[str],
-    incorrect_shapes: List[Tuple[str, Tuple[int, ...], Tuple[int, ...]]],
-) -> str:
-    """One readable report of how a state dict fitted a model.
-
-    Args:
-        source: the file loaded (for the first line).
-        num_model_keys: entries in the model's state dict.
-        missing: model keys the checkpoint did not provide (shape-skipped ones excluded).
-        unexpected: checkpoint keys the model does not have.
-        incorrect_shapes: (key, checkpoint shape, model shape) for skipped entries.
-
-    Returns:
-        str: a multi-line message.
-    """
-    loaded = num_model_keys - len(missing) - len(incorrect_shapes)
-    lines = [f"Loaded {loaded} of {num_model_keys} model tensors from {source}."]
-    if incorrect_shapes:
-        lines.append(f"Skipped {len(incorrect_shapes)} with a different shape (checkpoint vs model):")
-        shown = [f"  {k}: {tuple(c)} vs {tuple(m)}" for k, c, m in sorted(incorrect_shapes)]
-        lines.extend(_bounded(shown))
-    if missing:
-        lines.append(f"Not in the checkpoint, left as initialized ({len(missing)}):")
-        lines.extend("  " + g for g in _bounded(_group_keys(missing)))
-    if unexpected:
-        lines.append(f"In the checkpoint but not used by the model ({len(unexpected)}):")
-        lines.extend("  " + g for g in _bounded(_group_keys(unexpected)))
-    return "\n".join(lines)
-
-
-def _drop_tied_aliases(model: torch.nn.Module, missing: List[str]) -> List[str]:
-    """Drop missing names of tensors that were loaded under another name (tied weights)."""
-    names_of: Dict[int, List[str]] = defaultdict(list)
-    named = itertools.chain(model.named_parameters(remove_duplicate=False),
-                            model.named_buffers(remove_duplicate=False))
-    for name, tensor in named:
-        names_of[id(tensor)].append(name)
-    missing_set = set(missing)
-    loaded_under_another_name = {
-        name for names in names_of.values() if not missing_set.issuperset(names) for name in names}
-    return [k for k in missing if k not in loaded_under_another_name]
-
-
-# --------------------------------------------------------------------- checkpointers
 
 
 class Checkpointer(_FvCheckpointer):
@@ -269,7 +191,7 @@ class Checkpointer(_FvCheckpointer):
     def _log_incompatible_keys(self, incompatible: Any) -> None:
         """Log one summary of shape-skipped, missing and unexpected keys."""
         skipped = {k for k, _, _ in incompatible.incorrect_shapes}
-        missing = _drop_tied_aliases(self.model, list(incompatible.missing_keys))
+        missing = drop_tied_aliases(self.model, list(incompatible.missing_keys))
         missing = [k for k in missing if k not in skipped]
         unexpected = list(incompatible.unexpected_keys)
         summary = format_load_summary(
@@ -396,88 +318,3 @@ def _failure_label(error: Exception) -> str:
     if isinstance(error, ChecksumMismatchError):
         return "checksum mismatch"
     return "truncated or corrupt"
-
-
-class CheckpointScheduleError(ReidUserError, ValueError):
-    """A checkpoint period or max_to_keep out of range (a config value: a usage error)."""
-
-    exit_code = USAGE_EXIT_CODE
-
-
-class PeriodicCheckpointer(_FvPeriodicCheckpointer):
-    """Save ``{prefix}_{iter:07d}`` every `period` iterations and ``{prefix}_final`` at the end.
-
-    With `max_to_keep`, after each periodic save only the newest N periodic files in
-    the folder are kept; the folder (not memory) is the record, so this holds across
-    restarts. The file ``last_checkpoint`` names and ``*_final`` / ``*_best`` files are
-    never deleted.
-
-    Args:
-        checkpointer: the Checkpointer that writes the files.
-        period: save when ``(iteration + 1) % period == 0``.
-        max_iter: when given, save ``{prefix}_final`` at iteration ``max_iter - 1``.
-        max_to_keep: how many periodic checkpoints to keep (None: all).
-        file_prefix: file name prefix.
-    """
-
-    def __init__(
-        self,
-        checkpointer: _FvCheckpointer,
-        period: int,
-        max_iter: Optional[int] = None,
-        max_to_keep: Optional[int] = None,
-        file_prefix: str = "model",
-    ) -> None:
-        if int(period) < 1:
-            raise CheckpointScheduleError(
-                f"checkpoint period must be a positive number of iterations, got {period}; "
-                "set SOLVER.CHECKPOINT_PERIOD (epochs) to 1 or more")
-        if max_to_keep is not None and int(max_to_keep) < 1:
-            raise CheckpointScheduleError(
-                f"max_to_keep must be at least 1 (or None to keep all), got {max_to_keep}; "
-                "set SOLVER.CHECKPOINT_MAX_TO_KEEP to 1 or more, or 0 to keep every checkpoint")
-        # fvcore's own keep-last-N remembers files in memory and forgets them on a
-        # restart; it stays off and `step` prunes by scanning the folder instead.
-        super().__init__(checkpointer, period, max_iter=max_iter, max_to_keep=None, file_prefix=file_prefix)
-        self.keep_last_n = None if max_to_keep is None else int(max_to_keep)
-        self._periodic_name = re.compile(r"^" + re.escape(file_prefix) + r"_(\d{7})\.pth$")
-
-    def step(self, iteration: int, **kwargs: Any) -> None:
-        """Save when the schedule says so (fvcore's schedule), then prune old periodic files.
-
-        Args:
-            iteration: the iteration just finished, in [0, max_iter - 1].
-            kwargs: extra entries for the checkpoint (``iteration`` is always added).
-        """
-        super().step(iteration, **kwargs)
-        if self.keep_last_n is not None and (int(iteration) + 1) % self.period == 0:
-            self.delete_old_checkpoints()
-
-    def delete_old_checkpoints(self) -> List[str]:
-        """Delete periodic files in the folder beyond the newest `max_to_keep`.
-
-        Returns:
-            list: the paths deleted (empty on processes that do not write).
-        """
-        save_dir = self.checkpointer.save_dir
-        if not save_dir or not self.checkpointer.save_to_disk or self.keep_last_n is None:
-            return []
-        periodic = []
-        for name in os.listdir(save_dir):
-            match = self._periodic_name.match(name)
-            if match:
-                periodic.append((int(match.group(1)), name))
-        periodic.sort()
-        protected = os.path.basename(self.checkpointer.get_checkpoint_file())
-        deleted = []
-        for _, name in periodic[: max(0, len(periodic) - self.keep_last_n)]:
-            if name == protected:
-                continue
-            path = os.path.join(save_dir, name)
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-                deleted.append(path)
-        if deleted:
-            logger.info("Deleted %d old checkpoint(s), keeping the newest %d: %s",
-                        len(deleted), self.keep_last_n, ", ".join(os.path.basename(p) for p in deleted))
-        return deleted

@@ -5,7 +5,7 @@ run): world size 1, rank 0, collectives return the local value.
 """
 import functools
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -47,6 +47,20 @@ def get_rank() -> int:
     return dist.get_rank() if _is_distributed() else 0
 
 
+def _on_this_machine(query: Callable[..., int], env_var: str, single_process: int) -> int:
+    """Ask `query` (``dist.get_rank`` or ``dist.get_world_size``) about this machine's workers.
+
+    The local process group made by `launch` answers; without one (a process group
+    initialised by the user) the environment variable `env_var` set by torchrun, then the
+    global answer. `single_process` without a process group.
+    """
+    if not _is_distributed():
+        return single_process
+    if _LOCAL_PROCESS_GROUP is not None:
+        return query(group=_LOCAL_PROCESS_GROUP)
+    return int(os.environ.get(env_var, query()))
+
+
 def get_local_rank() -> int:
     """Return this process's rank among the workers of its machine.
 
@@ -54,11 +68,7 @@ def get_local_rank() -> int:
     initialised by the user) falls back to `LOCAL_RANK` from the environment, then to
     the global rank. 0 without a process group.
     """
-    if not _is_distributed():
-        return 0
-    if _LOCAL_PROCESS_GROUP is not None:
-        return dist.get_rank(group=_LOCAL_PROCESS_GROUP)
-    return int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+    return _on_this_machine(dist.get_rank, "LOCAL_RANK", 0)
 
 
 def get_local_size() -> int:
@@ -66,11 +76,7 @@ def get_local_size() -> int:
 
     Falls back like `get_local_rank`: `LOCAL_WORLD_SIZE`, then the world size.
     """
-    if not _is_distributed():
-        return 1
-    if _LOCAL_PROCESS_GROUP is not None:
-        return dist.get_world_size(group=_LOCAL_PROCESS_GROUP)
-    return int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    return _on_this_machine(dist.get_world_size, "LOCAL_WORLD_SIZE", 1)
 
 
 def is_main_process() -> bool:

@@ -1,7 +1,9 @@
-"""Shared helpers of the backbone-family tests (test_resnest.py, test_resnext.py): configs,
-builds, synthetic ImageNet release files and the loader's log."""
+"""Shared helpers of the backbone-family tests (test_resnest.py, test_resnext.py, the pycls
+families, test_backbone_check_config.py): configs, builds, synthetic ImageNet release files,
+the loader's log, and the check that a family's config check builds nothing."""
 import logging
 
+import pytest
 import torch
 from torch import nn
 
@@ -57,3 +59,25 @@ def assert_fully_loaded(source, loaded, path, logs):
     assert "Not in the checkpoint" not in logs.text       # nothing missing
     assert "not used by the model" not in logs.text       # fc.* is dropped silently
     assert all(record.levelno < logging.WARNING for record in logs.records)
+
+
+def assert_check_config_refuses(monkeypatch, name, model_cls, refused, accepted):
+    """`name`'s check_config, and the registry's, refuse one config and accept another, building nothing.
+
+    Args:
+        monkeypatch: pytest's fixture; constructing `model_cls` fails the test meanwhile.
+        name: the registered builder (e.g. "build_osnet_backbone").
+        model_cls: the backbone class the builder constructs.
+        refused: (DEPTH, other MODEL.BACKBONE keys, exception class, message regex or None).
+        accepted: (DEPTH, other MODEL.BACKBONE keys) of a config that passes.
+    """
+    monkeypatch.setattr(model_cls, "__init__", lambda *args, **kwargs: pytest.fail(f"check_config built {name}"))
+    builder = BACKBONE_REGISTRY.get(name)
+    depth, opts, error, message = refused
+    cfg = family_cfg(name, depth, **opts)
+    for check in (builder.check_config, BACKBONE_REGISTRY.check_config):
+        with pytest.raises(error, match=message) as caught:
+            check(cfg)
+        assert "\n" not in str(caught.value)
+    good_depth, good_opts = accepted
+    builder.check_config(family_cfg(name, good_depth, **good_opts))

@@ -18,7 +18,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
-from .bases import DatasetFormatError
+from ..errors import DatasetFormatError
 
 __all__ = ["FileProblem", "report_file_problem", "note_ignored_file", "collect_file_problems", "collecting_problems",
            "note_skipped_file", "collect_skipped_files"]

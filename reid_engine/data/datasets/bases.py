@@ -6,17 +6,15 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from tabulate import tabulate
 
-from ...utils.errors import ReidUserError
+from ..errors import DatasetFormatError
+from .folders import dataset_folders
+from .paths import find_dataset_dir
 
 logger = logging.getLogger(__name__)
 
 Item = Tuple[str, int, int]  # (img_path, pid, camid), camid 0-based
 
 JUNK_PID = -1
-
-
-class DatasetFormatError(ReidUserError, ValueError):
-    """A dataset was found but its content is unusable (empty split, bad names, no matches)."""
 
 
 def _relabel(pids: Iterable[int]) -> Dict[int, int]:
@@ -51,6 +49,11 @@ class ImageDataset:
     # True for sets that only have test images (train stays empty): they cannot be listed
     # in DATASETS.NAMES.
     TEST_ONLY = False
+    # What the dataset folder holds, for the errors that name a missing folder or file.
+    LAYOUT = ""
+    # The accepted dataset folders under the data root, when a class (or an instance) reads
+    # others than its entry of folders.DATASET_FOLDERS.
+    DATASET_DIRS: Sequence[str] = ()
 
     def __init__(self, train: Sequence[Item], query: Sequence[Item], gallery: Sequence[Item],
                  name: str, combineall: bool = False, distractor_pids: Sequence[int] = (0,),
@@ -71,6 +74,25 @@ class ImageDataset:
         if not self.TRAIN_ONLY:
             check_cross_camera_matches(self.query, self.gallery, name)
         self.train: List[Item] = self._build_train(list(train))
+
+    def _locate(self, root: str, layout: str = "") -> str:
+        """Find this dataset's folder under ``root`` and keep it as ``self.dataset_dir``.
+
+        The folder is the first existing one of :attr:`DATASET_DIRS`, else of the class's
+        accepted names (:func:`.folders.dataset_folders`); a subclass calls this first.
+
+        Args:
+            root: the data root.
+            layout: what the folder holds, for the not-found error (default :attr:`LAYOUT`).
+        Returns:
+            The dataset name (the class name), for messages.
+        Raises:
+            DatasetNotFoundError: none of the accepted folders exists.
+        """
+        name = type(self).__name__
+        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS or dataset_folders(type(self)),
+                                            layout or self.LAYOUT)
+        return name
 
     def _build_train(self, train: List[Item]) -> List[Item]:
         """Relabel training pids to 0..N-1; append relabelled test ids under COMBINEALL."""

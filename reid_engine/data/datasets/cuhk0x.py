@@ -5,9 +5,8 @@ import re
 from typing import List
 
 from .bases import ImageDataset, Item
-from .folders import dataset_folders
 from .layout import list_files, match_names, text_labels
-from .paths import DatasetNotFoundError, find_dataset_dir, require_dir
+from .paths import DatasetNotFoundError, require_dir
 from .registry import DATASET_REGISTRY
 from .splits import SPLIT_FILE_NAME, pick_id_split
 
@@ -35,8 +34,7 @@ class cuhk01(ImageDataset):  # noqa: N801 (torchreid's registered name)
     RULE = "a name <pid 4 digits><image 001-999>.png (e.g. 0001001.png)"
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk01), self.LAYOUT)
+        name = self._locate(root)
         campus = os.path.join(self.dataset_dir, "campus")
         if not os.path.isdir(campus) and os.path.isfile(os.path.join(self.dataset_dir, "CUHK01.zip")):
             raise DatasetNotFoundError(f"{name}: '{campus}' is missing but CUHK01.zip is there; extract it into "
@@ -77,8 +75,7 @@ class cuhk02(ImageDataset):
     RULE = "a name <pid>_<k>.png with a numeric pid"
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(cuhk02), self.LAYOUT)
+        name = self._locate(root)
         train: List[Item] = []
         query: List[Item] = []
         gallery: List[Item] = []

@@ -6,8 +6,7 @@ from typing import List, Sequence, Tuple
 
 from .audit import report_file_problem
 from .bases import JUNK_PID, ImageDataset, Item
-from .folders import dataset_folders
-from .paths import find_dataset_dir, list_images, require_dir
+from .paths import list_images, require_dir
 
 # "0002_c1s1_000451_03.jpg", "-1_c3s2_...", "0001_c2_f0046182.jpg", "0001_c001_00016450_0.jpg"
 MARKET_STYLE_NAME = re.compile(r"^(-?\d+)_c(\d+)")
@@ -62,15 +61,13 @@ class MarketStyleDataset(ImageDataset):
         combineall: fold query + gallery into training.
     """
 
-    DATASET_DIRS: Sequence[str] = ()
     SPLIT_DIRS: Tuple[str, str, str] = ("bounding_box_train", "query", "bounding_box_test")
     NAME_EXAMPLE = "0002_c1s1_000451_03.jpg"
     DISTRACTOR_PIDS: Sequence[int] = (0,)
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
         layout = ", ".join(f"{d}/" for d in self.SPLIT_DIRS)
-        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS or dataset_folders(type(self)), layout)
+        name = self._locate(root, layout)
         train_dir, query_dir, gallery_dir = (
             require_dir(os.path.join(self.dataset_dir, d), name, layout) for d in self.SPLIT_DIRS)
         (train, train_junk), (query, query_junk), (gallery, gallery_junk) = (

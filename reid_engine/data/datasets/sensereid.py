@@ -4,9 +4,8 @@ import re
 
 from .audit import report_file_problem
 from .bases import ImageDataset
-from .folders import dataset_folders
 from .layout import list_files, match_names
-from .paths import find_dataset_dir, require_one_dir
+from .paths import require_one_dir
 from .registry import DATASET_REGISTRY
 
 __all__ = ["sensereid"]
@@ -35,8 +34,7 @@ class sensereid(ImageDataset):  # noqa: N801 (torchreid's registered name)
     RULE = "a name <pid>_<camera>.jpg with integer fields (e.g. 0001_0.jpg)"
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(sensereid), self.LAYOUT)
+        name = self._locate(root)
         probe, gallery = ([(path, int(m.group(1)), int(m.group(2))) for path, m in match_names(
             list_files(require_one_dir(self.dataset_dir, spellings, name, self.LAYOUT), ".jpg", name),
             self.NAME, name, self.RULE)] for spellings in (("test_probe", "test_prob"), ("test_gallery",)))

@@ -8,8 +8,7 @@ import os
 from typing import List, Sequence, Tuple
 
 from .bases import ImageDataset, Item
-from .folders import dataset_folders
-from .paths import find_dataset_dir, require_dir, require_file
+from .paths import require_dir, require_file
 from .registry import DATASET_REGISTRY
 
 __all__ = ["SizedTestListDataset", "sized_variants"]
@@ -42,7 +41,7 @@ class SizedTestListDataset(ImageDataset):
         name = type(self).__name__
         if test_size not in self.TEST_SIZES:
             raise ValueError(f"{name}: test_size must be one of {tuple(self.TEST_SIZES)}, got {test_size}")
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(type(self)), self.LAYOUT)
+        self._locate(root)
         self.image_dir = require_dir(os.path.join(self.dataset_dir, self.IMAGE_FOLDER), name, self.LAYOUT)
         self.split_dir = require_dir(os.path.join(self.dataset_dir, SPLIT_FOLDER), name, self.LAYOUT)
         train, query, gallery = self.read_splits(test_size)

@@ -14,10 +14,9 @@ from collections import defaultdict
 from typing import Dict, List
 
 from .bases import DatasetFormatError, ImageDataset, Item
-from .folders import dataset_folders
 from .layout import list_files, match_names
 from .matlab import read_mat
-from .paths import DatasetNotFoundError, find_dataset_dir, require_dir, require_file
+from .paths import DatasetNotFoundError, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (  # two_way_split: re-exported, it used to live here
     SPLIT_FILE_NAME,
@@ -53,8 +52,7 @@ class viper(ImageDataset):  # noqa: N801 (torchreid's registered name)
     LAYOUT = "cam_a/ and cam_b/ holding one *.bmp image per person each, paired by sorted name"
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(viper), self.LAYOUT)
+        name = self._locate(root)
         cam_a, cam_b = (list_files(require_dir(os.path.join(self.dataset_dir, cam), name, self.LAYOUT), ".bmp", name)
                         for cam in ("cam_a", "cam_b"))
         if len(cam_a) != len(cam_b):
@@ -112,8 +110,7 @@ class ilids(ImageDataset):  # noqa: N801 (torchreid's registered name)
     RULE = "a name <pid 4 digits><image 3 digits>.jpg (e.g. 0001001.jpg)"
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(ilids), self.LAYOUT)
+        name = self._locate(root)
         image_dir = require_dir(os.path.join(self.dataset_dir, "i-LIDS_Pedestrian", "Persons"), name, self.LAYOUT)
         parsed = {os.path.basename(path): (path, int(m.group(1)), int(m.group(2)) - 1)
                   for path, m in match_names(list_files(image_dir, ".jpg", name), self.NAME, name, self.RULE)}
@@ -161,8 +158,7 @@ class prid(ImageDataset):  # noqa: N801 (torchreid's registered name)
     RULE = "a name person_NNNN.png (e.g. person_0001.png)"
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(prid), self.LAYOUT)
+        name = self._locate(root)
         shot_dir = os.path.join(self.dataset_dir, "prid_2011", "single_shot")
         cam_a, cam_b = ({int(m.group(1)): path for path, m in match_names(
             list_files(require_dir(os.path.join(shot_dir, cam), name, self.LAYOUT), ".png", name),
@@ -229,8 +225,7 @@ class grid(ImageDataset):  # noqa: N801 (torchreid's registered name)
     RULE = "a name <pid>_<camera 1-8>_....jpeg (e.g. 0005_2_25100_229_94_99_249.jpeg)"
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(grid), self.LAYOUT)
+        name = self._locate(root)
         base = require_dir(os.path.join(self.dataset_dir, "underground_reid"), name, self.LAYOUT)
         probe, gallery_images = ([(path, int(m.group(1)), int(m.group(2)) - 1) for path, m in match_names(
             list_files(require_dir(os.path.join(base, folder), name, self.LAYOUT), ".jpeg", name),

@@ -5,9 +5,8 @@ from typing import List, Tuple
 
 from .audit import report_file_problem
 from .bases import ImageDataset
-from .folders import dataset_folders
 from .layout import list_files, subfolders
-from .paths import find_dataset_dir, require_dir
+from .paths import require_dir
 from .registry import DATASET_REGISTRY
 
 __all__ = ["university1652"]
@@ -49,8 +48,7 @@ class university1652(ImageDataset):  # noqa: N801 (torchreid's registered name)
               "image folders")
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(university1652), self.LAYOUT)
+        name = self._locate(root)
 
         def folder(*parts: str) -> str:
             return require_dir(os.path.join(self.dataset_dir, *parts), name, self.LAYOUT)

@@ -16,10 +16,9 @@ from tabulate import tabulate
 
 from .audit import report_file_problem
 from .bases import JUNK_PID, DatasetFormatError, ImageDataset
-from .folders import dataset_folders
 from .layout import list_files, subfolders
 from .matlab import read_mat
-from .paths import find_dataset_dir, list_lines, require_dir, require_file
+from .paths import list_lines, require_dir, require_file
 from .registry import DATASET_REGISTRY
 from .splits import (
     check_split_id,
@@ -100,9 +99,10 @@ class mars(VideoDataset):  # noqa: N801 (torchreid's registered name)
         combineall: ignored (a no-op in torchreid too).
     """
 
+    LAYOUT = MARS_LAYOUT
+
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(mars), MARS_LAYOUT)
+        name = self._locate(root)
         info = require_dir(os.path.join(self.dataset_dir, "info"), name, MARS_LAYOUT)
         junk: Dict[str, int] = {"train": 0, "query": 0, "gallery": 0}
         splits = {}
@@ -188,10 +188,10 @@ class ilidsvid(VideoDataset):  # noqa: N801 (torchreid's registered name)
     """
 
     HAS_SPLITS = True
+    LAYOUT = ILIDSVID_LAYOUT
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(ilidsvid), ILIDSVID_LAYOUT)
+        name = self._locate(root)
         sequences = os.path.join(self.dataset_dir, "i-LIDS-VID", "sequences")
         cams = [require_dir(os.path.join(sequences, cam), name, ILIDSVID_LAYOUT) for cam in ("cam1", "cam2")]
         people = subfolders(cams[0], name, "inside personNNN/ sub-folders")
@@ -245,10 +245,10 @@ class prid2011(VideoDataset):  # noqa: N801 (torchreid's registered name)
     """
 
     HAS_SPLITS = True
+    LAYOUT = PRID2011_LAYOUT
 
     def __init__(self, root: str = "datasets", combineall: bool = False, split_id: int = 0):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, dataset_folders(prid2011), PRID2011_LAYOUT)
+        name = self._locate(root)
         base = os.path.join(self.dataset_dir, "prid_2011", "multi_shot")
         cams = [require_dir(os.path.join(base, cam), name, PRID2011_LAYOUT) for cam in ("cam_a", "cam_b")]
         both = sorted(set(subfolders(cams[0])) & set(subfolders(cams[1])))
@@ -313,13 +313,11 @@ class dukemtmcvidreid(VideoDataset):  # noqa: N801 (torchreid's registered name)
         combineall: fold query + gallery into training.
     """
 
-    DATASET_DIRS: Sequence[str] = ()  # set per instance by a generated set; else the names of .folders
     LAYOUT = DUKEVID_LAYOUT
     MIN_SEQ_LEN = 0  # torchreid's min_seq_len
 
     def __init__(self, root: str = "datasets", combineall: bool = False):
-        name = type(self).__name__
-        self.dataset_dir = find_dataset_dir(root, name, self.DATASET_DIRS or dataset_folders(type(self)), self.LAYOUT)
+        name = self._locate(root)
         train, query, gallery = (self._read_split(require_dir(os.path.join(self.dataset_dir, split), name,
                                                               self.LAYOUT), name)
                                  for split in ("train", "query", "gallery"))

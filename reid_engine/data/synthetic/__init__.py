@@ -1,5 +1,6 @@
 """SyntheticReID: the procedural pedestrian benchmark.
 
+- :mod:`.appearance` draws identities and cameras (palettes, `Identity`, `Camera`);
 - :mod:`.render` draws one 128x64 sighting of an identity seen by a camera;
 - :mod:`.generator` holds the settings (:class:`SyntheticSpec`), the split plan
   (:class:`SyntheticWorld`) and the atomic first-use creation of the folder;

@@ -18,8 +18,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 from PIL import Image
 
-from ..datasets.bases import DatasetFormatError
-from .render import (
+from ..errors import DatasetFormatError
+from .appearance import (
     CLOTH_PALETTES,
     SCENE_PALETTES,
     Camera,
@@ -27,8 +27,8 @@ from .render import (
     make_camera,
     make_identity,
     make_outfit_table,
-    render_image,
 )
+from .render import render_image
 
 __all__ = [
     "GENERATOR_VERSION", "MARKER", "SPLIT_DIRS", "SyntheticSpec", "DEFAULT_SPEC", "TINY_SPEC",
@@ -62,9 +62,9 @@ class SyntheticSpec:
         blur: largest per-image blur radius (pixels) on top of the camera's.
         seed: the seed everything derives from.
         jpeg_quality: JPEG quality of the written files.
-        cloth_palette: the clothing colors, a key of ``render.CLOTH_PALETTES`` ("street" or
+        cloth_palette: the clothing colors, a key of ``appearance.CLOTH_PALETTES`` ("street" or
             "shifted").
-        scene_palette: the background colors, a key of ``render.SCENE_PALETTES``.
+        scene_palette: the background colors, a key of ``appearance.SCENE_PALETTES``.
         brightness: (min, max) of a camera's brightness factor (lighting).
         cast_bias: (R, G, B) offset added to every camera's color cast (the light type
             of the whole network).

@@ -18,8 +18,8 @@ from reid_engine.utils.registry import check_choice, lookup
 
 from ..layers import NORM_NAMES
 from .build import BACKBONE_REGISTRY, check_backbone_options
-from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
-from .pycls_blocks import SqueezeExcitation, Stem, conv_norm, init_pycls_weights, rename_keys, stage
+from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family, rename_keys
+from .pycls_blocks import SqueezeExcitation, Stem, conv_norm, init_pycls_weights, stage
 
 __all__ = ["EffNetSpec", "EFFNET_DEPTHS", "MBConv", "EffNet", "build_effnet_backbone"]
 

@@ -9,9 +9,10 @@ optionally with DataParallel's "module." prefix. A file in which most of the mod
 found (by name and shape) is refused with one line that names the family the file looks
 like and the family the config builds.
 """
+import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from torch import Tensor, nn
 
@@ -19,7 +20,7 @@ from ...utils.checkpoint import Checkpointer, CheckpointError, CheckpointNotFoun
 from ...utils.errors import ReidUserError
 
 __all__ = ["PretrainPathError", "WeightsFamilyError", "WeightsFamily", "WEIGHT_FAMILIES",
-           "register_weights_family", "detect_weights_family", "load_imagenet_weights"]
+           "register_weights_family", "detect_weights_family", "load_imagenet_weights", "rename_keys"]
 
 StateDict = Dict[str, Tensor]
 
@@ -87,6 +88,29 @@ def _claims(family: WeightsFamily, state: Mapping[str, Tensor]) -> bool:
 def _has(state: Mapping[str, Tensor], *keys: str) -> bool:
     """True when every key is in `state` (a helper for fingerprints)."""
     return all(key in state for key in keys)
+
+
+Replacement = Union[str, Callable[["re.Match[str]"], str]]
+
+
+def rename_keys(state: Mapping[str, Tensor], rules: Sequence[Tuple[str, Replacement]]) -> StateDict:
+    """Rename state-dict keys by regular-expression rules applied in order to every key
+    (the `rename` of most families).
+
+    Args:
+        state: the state dict.
+        rules: (pattern, replacement) pairs for `re.sub`; keys no rule matches are kept.
+
+    Returns:
+        A new dict with the renamed keys (same tensors, same order).
+    """
+    compiled = [(re.compile(pattern), replacement) for pattern, replacement in rules]
+    renamed = {}
+    for key, value in state.items():
+        for pattern, replacement in compiled:
+            key = pattern.sub(replacement, key)
+        renamed[key] = value
+    return renamed
 
 
 def _strip_module_prefix(state: StateDict) -> StateDict:

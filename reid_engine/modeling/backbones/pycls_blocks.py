@@ -3,18 +3,18 @@
 Module names follow pycls (the same as fast-reid's copies): a stem `stem.conv / stem.bn`,
 stages `s1..sN` of blocks `b1..bM`, convolutions with their norm beside them under
 `<name>` / `<name>_bn`, and squeeze-excitation `se.f_ex.0 / se.f_ex.2` (1x1 convolutions
-with biases). Also pycls's weight init and the key-renaming helper of both families'
-ImageNet weight layouts.
+with biases). Also pycls's weight init; `rename_keys`, which maps both families' ImageNet
+weight layouts, is re-exported from `imagenet_weights`.
 """
 import math
-import re
 from collections import OrderedDict
-from typing import Callable, Dict, Iterable, Sequence, Tuple, Union
+from typing import Iterable, Tuple
 
 import torch
 from torch import nn
 
 from ..layers import get_norm
+from .imagenet_weights import rename_keys
 
 __all__ = ["SqueezeExcitation", "Stem", "conv_norm", "stage", "init_pycls_weights", "rename_keys"]
 
@@ -101,26 +101,3 @@ def init_pycls_weights(model: nn.Module) -> None:
         elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=0.01)
             nn.init.zeros_(module.bias)
-
-
-Replacement = Union[str, Callable[["re.Match[str]"], str]]
-
-
-def rename_keys(state: Dict[str, torch.Tensor],
-                rules: Sequence[Tuple[str, Replacement]]) -> Dict[str, torch.Tensor]:
-    """Rename state-dict keys by regular-expression rules applied in order to every key.
-
-    Args:
-        state: the state dict.
-        rules: (pattern, replacement) pairs for `re.sub`; keys no rule matches are kept.
-
-    Returns:
-        A new dict with the renamed keys (same tensors, same order).
-    """
-    compiled = [(re.compile(pattern), replacement) for pattern, replacement in rules]
-    renamed = {}
-    for key, value in state.items():
-        for pattern, replacement in compiled:
-            key = pattern.sub(replacement, key)
-        renamed[key] = value
-    return renamed

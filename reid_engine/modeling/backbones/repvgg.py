@@ -16,7 +16,6 @@ also loads into a model built in training form: each block that finds fused weig
 for itself switches to the deploy form before it loads them.
 """
 import logging
-import re
 from collections import OrderedDict
 from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -30,7 +29,7 @@ from reid_engine.utils.registry import check_choice, lookup
 
 from ..layers import NORM_NAMES, get_norm
 from .build import BACKBONE_REGISTRY, check_backbone_options
-from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
+from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family, rename_keys
 
 __all__ = ["REPVGG_DEPTHS", "RepVGGSpec", "RepVGGBlock", "RepVGG", "FusionError", "build_repvgg_backbone"]
 
@@ -299,12 +298,12 @@ build_repvgg_backbone.check_config = check_repvgg_config
 # timm (byobnet) names -> the authors' (ours): the stem is stage0, stages.N is stage(N+1),
 # the branches are conv_kxk / conv_1x1 / identity, the deploy conv is reparam_conv.
 _TIMM_NAMES = (
-    (re.compile(r"^stem\."), "stage0."),
-    (re.compile(r"^stages\.(\d+)\."), lambda m: f"stage{int(m.group(1)) + 1}."),
-    (re.compile(r"\.conv_kxk\."), ".rbr_dense."),
-    (re.compile(r"\.conv_1x1\."), ".rbr_1x1."),
-    (re.compile(r"\.identity\."), ".rbr_identity."),
-    (re.compile(r"\.reparam_conv\."), ".rbr_reparam."),
+    (r"^stem\.", "stage0."),
+    (r"^stages\.(\d+)\.", lambda m: f"stage{int(m.group(1)) + 1}."),
+    (r"\.conv_kxk\.", ".rbr_dense."),
+    (r"\.conv_1x1\.", ".rbr_1x1."),
+    (r"\.identity\.", ".rbr_identity."),
+    (r"\.reparam_conv\.", ".rbr_reparam."),
 )
 
 
@@ -312,12 +311,7 @@ def _from_timm_names(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     """Rename a timm `repvgg_*` state dict to ours (the authors' release needs nothing)."""
     if "stem.conv_kxk.conv.weight" not in state and "stem.reparam_conv.weight" not in state:
         return state
-    renamed = {}
-    for key, value in state.items():
-        for pattern, replacement in _TIMM_NAMES:
-            key = pattern.sub(replacement, key)
-        renamed[key] = value
-    return renamed
+    return rename_keys(state, _TIMM_NAMES)
 
 
 def _is_repvgg_train_file(state: Mapping[str, torch.Tensor]) -> bool:

@@ -2,53 +2,25 @@
 embedding), in the key layout of fast-reid's ``build_vit_backbone`` (timm's names).
 
 The backbone returns the final-normed class token as a (B, C, 1, 1) map, so the head runs
-with POOL_LAYER Identity.
+with POOL_LAYER Identity. Its layers are in :mod:`.vit_layers` and its ImageNet weights in
+:mod:`.vit_weights`; the names tests and users import from here are re-exported.
 """
 import copy
-import logging
 import math
-from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from reid_engine.config import ConfigError
 
 from ...utils.registry import lookup
 from .build import BACKBONE_REGISTRY, check_backbone_options
-from .imagenet_weights import WeightsFamily, load_imagenet_weights, register_weights_family
+from .vit_layers import LN_EPS, PATCH_SIZE, Block, PatchEmbed, ViTSpec, patch_grid, resize_pos_grid
+from .vit_weights import load_vit_imagenet_weights
 
 __all__ = ["VIT_DEPTHS", "LastBlockCopy", "ViTSpec", "VisionTransformer", "build_vit_backbone", "patch_grid",
            "resize_pos_grid"]
-
-logger = logging.getLogger(__name__)
-
-PATCH_SIZE = 16
-# LayerNorm epsilon of fast-reid's (and timm's original) ViT.
-_LN_EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class ViTSpec:
-    """Width and depth of a ViT size.
-
-    Attributes:
-        dim: token width (the output channels).
-        depth: number of transformer blocks.
-        heads: attention heads per block.
-        mlp_ratio: hidden width of the MLP / dim.
-        qkv_bias: whether the query/key/value projection has a bias.
-        qk_scale: attention logit scale; None = head_dim ** -0.5.
-    """
-
-    dim: int
-    depth: int
-    heads: int
-    mlp_ratio: float = 4.0
-    qkv_bias: bool = True
-    qk_scale: Optional[float] = None
 
 
 #: DEPTH -> size. "small" is fast-reid's (timm's first ViT-S: 768 wide, 8 blocks, 3x MLP, no
@@ -58,112 +30,6 @@ VIT_DEPTHS: Dict[str, ViTSpec] = {
     "base": ViTSpec(dim=768, depth=12, heads=12),
     "large": ViTSpec(dim=1024, depth=24, heads=16),
 }
-
-
-def patch_grid(size: Sequence[int], stride: Sequence[int], patch: int = PATCH_SIZE) -> Tuple[int, int]:
-    """Token grid (rows, cols) of a 16x16 patch embedding with the given stride (fast-reid's
-    formula: (H - 16) // stride_h + 1, likewise for W).
-
-    Args:
-        size: image (H, W).
-        stride: patch stride (sh, sw); 16 = non-overlapping patches.
-        patch: patch size.
-    """
-    return (size[0] - patch) // stride[0] + 1, (size[1] - patch) // stride[1] + 1
-
-
-def resize_pos_grid(grid_pos: Tensor, old_grid: Tuple[int, int], new_grid: Tuple[int, int]) -> Tensor:
-    """Bilinearly resize a grid of position embeddings (1, h*w, C) -> (1, h'*w', C)."""
-    if tuple(old_grid) == tuple(new_grid):
-        return grid_pos
-    dim = grid_pos.shape[-1]
-    grid = grid_pos.reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    # float32 interpolation: bf16 / fp16 weights would lose the small position differences
-    grid = F.interpolate(grid.float(), size=tuple(new_grid), mode="bilinear", align_corners=False)
-    return grid.to(grid_pos.dtype).permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim)
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: in training, zero a residual branch per sample with probability
-    `prob` and scale the kept ones by 1 / (1 - prob)."""
-
-    def __init__(self, prob: float = 0.0):
-        super().__init__()
-        self.prob = float(prob)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.prob == 0.0:
-            return x
-        keep = 1.0 - self.prob
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
-
-    def extra_repr(self) -> str:
-        return f"prob={self.prob}"
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention with one fused qkv projection (keys `qkv`, `proj`)."""
-
-    def __init__(self, dim: int, heads: int, qkv_bias: bool, qk_scale: Optional[float],
-                 attn_drop: float, proj_drop: float):
-        super().__init__()
-        self.heads = heads
-        self.scale = qk_scale if qk_scale is not None else (dim // heads) ** -0.5
-        self.attn_drop = attn_drop
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def forward(self, x: Tensor) -> Tensor:
-        batch, tokens, dim = x.shape
-        qkv = self.qkv(x).reshape(batch, tokens, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        # SDPA keeps the softmax in float32 under bf16 / fp16 autocast (and uses fused kernels)
-        out = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], scale=self.scale,
-                                             dropout_p=self.attn_drop if self.training else 0.0)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(batch, tokens, dim)))
-
-
-class Mlp(nn.Module):
-    """fc1 -> GELU -> dropout -> fc2 -> dropout."""
-
-    def __init__(self, dim: int, hidden: int, drop: float):
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
-        self.fc2 = nn.Linear(hidden, dim)
-        self.drop = nn.Dropout(drop)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.drop(self.fc2(self.drop(self.act(self.fc1(x)))))
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)), with
-    stochastic depth on both branches."""
-
-    def __init__(self, spec: ViTSpec, drop: float, attn_drop: float, drop_path: float):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(spec.dim, eps=_LN_EPS)
-        self.attn = Attention(spec.dim, spec.heads, spec.qkv_bias, spec.qk_scale, attn_drop, drop)
-        self.drop_path = DropPath(drop_path)
-        self.norm2 = nn.LayerNorm(spec.dim, eps=_LN_EPS)
-        self.mlp = Mlp(spec.dim, int(spec.dim * spec.mlp_ratio), drop)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x)))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
-
-
-class PatchEmbed(nn.Module):
-    """16x16 patches at a stride (overlapping below 16) projected to tokens (key `proj`)."""
-
-    def __init__(self, dim: int, stride: Tuple[int, int], in_chans: int = 3):
-        super().__init__()
-        self.proj = nn.Conv2d(in_chans, dim, kernel_size=PATCH_SIZE, stride=stride)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.proj(x).flatten(2).transpose(1, 2)
 
 
 def _class_token_map(tokens: Tensor) -> Tensor:
@@ -214,7 +80,7 @@ class VisionTransformer(nn.Module):
         self.pos_drop = nn.Dropout(drop)
         rates = torch.linspace(0, drop_path, spec.depth).tolist()  # stochastic depth grows with depth
         self.blocks = nn.ModuleList(Block(spec, drop, attn_drop, rate) for rate in rates)
-        self.norm = nn.LayerNorm(spec.dim, eps=_LN_EPS)
+        self.norm = nn.LayerNorm(spec.dim, eps=LN_EPS)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -366,100 +232,8 @@ def build_vit_backbone(cfg) -> VisionTransformer:
                               drop=opts.DROP_RATIO, attn_drop=opts.ATT_DROP_RATE, drop_path=opts.DROP_PATH_RATIO,
                               num_cameras=cameras, sie_coe=opts.SIE_COE)
     if opts.PRETRAIN:
-        _PRETRAIN_TARGET.grid = model.grid
-        try:
-            load_imagenet_weights(model, opts.PRETRAIN_PATH, "ViT")
-        finally:
-            _PRETRAIN_TARGET.grid = None
+        load_vit_imagenet_weights(model, opts.PRETRAIN_PATH)
     return model
 
 
 build_vit_backbone.check_config = _check_config
-
-
-# ---- ImageNet weights: timm's ViT files (also the jx_vit_base_p16_224 file TransReID uses) and
-# the original JAX .npz releases (ViT-B_16.npz, AugReg) ----
-class _PretrainTarget:
-    """The token grid of the ViT being loaded (set by the builder just before loading), so
-    that the rename step can resize the file's square position grid to it."""
-
-    grid: Optional[Tuple[int, int]] = None
-
-
-_PRETRAIN_TARGET = _PretrainTarget()
-
-
-# The prefixes under which JAX / big_vision .npz releases keep the parameters (as timm reads them).
-_JAX_PREFIXES = ("", "opt/target/", "params/")
-
-
-def _jax_prefix(state: Mapping[str, Tensor]) -> Optional[str]:
-    """The prefix of a JAX ViT .npz state (original ViT / AugReg releases), or None."""
-    for prefix in _JAX_PREFIXES:
-        if f"{prefix}embedding/kernel" in state and f"{prefix}Transformer/encoderblock_0/LayerNorm_0/scale" in state:
-            return prefix
-    return None
-
-
-def _is_timm_vit(state: Mapping[str, Tensor]) -> bool:
-    timm = all(k in state for k in ("cls_token", "pos_embed", "patch_embed.proj.weight", "blocks.0.attn.qkv.weight"))
-    return timm or _jax_prefix(state) is not None
-
-
-def _jax_vit_to_timm(state: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
-    """Rename a JAX ViT (.npz) state to timm's names: kernels are (in, out) and attention
-    kernels are split per head, so they are transposed and flattened; q, k, v are fused."""
-    def get(name: str) -> Tensor:
-        return torch.as_tensor(state[prefix + name])
-
-    out = {
-        "patch_embed.proj.weight": get("embedding/kernel").permute(3, 2, 0, 1),  # HWIO -> OIHW
-        "patch_embed.proj.bias": get("embedding/bias"),
-        "cls_token": get("cls"),
-        "pos_embed": get("Transformer/posembed_input/pos_embedding"),
-        "norm.weight": get("Transformer/encoder_norm/scale"),
-        "norm.bias": get("Transformer/encoder_norm/bias"),
-    }
-    block = 0
-    while f"{prefix}Transformer/encoderblock_{block}/LayerNorm_0/scale" in state:
-        src, dst = f"Transformer/encoderblock_{block}/", f"blocks.{block}."
-        attn = src + "MultiHeadDotProductAttention_1/"
-        for ln, norm in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-            out[dst + norm + ".weight"] = get(src + ln + "/scale")
-            out[dst + norm + ".bias"] = get(src + ln + "/bias")
-        out[dst + "attn.qkv.weight"] = torch.cat(
-            [get(attn + part + "/kernel").flatten(1).t() for part in ("query", "key", "value")])
-        if prefix + attn + "query/bias" in state:
-            out[dst + "attn.qkv.bias"] = torch.cat(
-                [get(attn + part + "/bias").flatten() for part in ("query", "key", "value")])
-        out[dst + "attn.proj.weight"] = get(attn + "out/kernel").flatten(0, 1).t()
-        out[dst + "attn.proj.bias"] = get(attn + "out/bias")
-        for dense, fc in (("Dense_0", "fc1"), ("Dense_1", "fc2")):
-            out[dst + f"mlp.{fc}.weight"] = get(src + f"MlpBlock_3/{dense}/kernel").t()
-            out[dst + f"mlp.{fc}.bias"] = get(src + f"MlpBlock_3/{dense}/bias")
-        block += 1
-    return {k: v.contiguous() for k, v in out.items()}
-
-
-def _rename_timm_vit(state: Dict[str, Tensor]) -> Dict[str, Tensor]:
-    """Bring a JAX .npz release to timm's names, drop DeiT's distillation token and resize the
-    (square) position grid to the model's."""
-    prefix = _jax_prefix(state)
-    state = _jax_vit_to_timm(state, prefix) if prefix is not None else dict(state)
-    pos = state.get("pos_embed")
-    extra_tokens = 2 if "dist_token" in state else 1
-    if pos is not None and _PRETRAIN_TARGET.grid is not None:
-        side = math.isqrt(pos.shape[1] - extra_tokens)
-        if side * side == pos.shape[1] - extra_tokens:
-            grid_pos = resize_pos_grid(pos[:, extra_tokens:], (side, side), _PRETRAIN_TARGET.grid)
-            if (side, side) != tuple(_PRETRAIN_TARGET.grid):
-                logger.info("Resized ImageNet position embeddings from %dx%d to %dx%d", side, side,
-                            *_PRETRAIN_TARGET.grid)
-            state["pos_embed"] = torch.cat([pos[:, :1], grid_pos], dim=1)
-    state.pop("dist_token", None)
-    return state
-
-
-register_weights_family(WeightsFamily(
-    name="ViT", fingerprint=_is_timm_vit, rename=_rename_timm_vit,
-    dropped_prefixes=("head.", "head_dist.", "pre_logits.", "fc_norm."), releases="timm ViT / DeiT .pth, or a JAX ViT .npz"))
