@@ -14,5 +14,7 @@ reid-data              reid_engine.cli.data            tools/data.py
 
 Each command module has `build_parser()` (on `base.command_parser`), `run(args)` (the
 body) and `main(argv=None) -> int` (parse, run, and `boundary.run_command`'s error
-handling). Layering: the top; it may import every other package.
+handling). `args` holds the flag groups the parsers are built from (and the classic
+`default_argument_parser`), `summary` the block a completed `reid-train` run ends with.
+Layering: the top; it may import every other package.
 """

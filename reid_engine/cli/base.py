@@ -8,8 +8,8 @@ adds only the flags it honours, so anything else is rejected by its parser (exit
 import argparse
 
 from ..config import CfgNode, get_cfg
-from ..engine.setup import add_config_arguments, add_launch_arguments, positive_int
 from ..utils.errors import UsageError
+from .args import add_config_arguments, add_launch_arguments, positive_int
 
 __all__ = ["command_parser", "add_launch_arguments", "positive_int", "build_config", "launch_options"]
 

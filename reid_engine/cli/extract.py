@@ -25,6 +25,7 @@ from typing import List, Optional
 import torch
 
 from ..config import CfgNode
+from ..config.run_plan import build_run_plan
 from ..engine.launch import launch
 from ..inference import (
     BACKENDS,
@@ -40,7 +41,6 @@ from ..inference import (
     save_features,
 )
 from ..utils import comm
-from ..utils.env import resolve_device
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
 from .base import build_config, command_parser, launch_options
@@ -72,7 +72,7 @@ def extract_worker(cfg: CfgNode, items: List[Item], output: str, fmt: str, sourc
     """One worker: embed its shard; the main worker gathers all shards and writes the file."""
     if comm.get_world_size() > 1:  # a spawned worker starts without logging handlers
         setup_logger(distributed_rank=comm.get_rank())
-    if comm.get_world_size() > 1 and resolve_device(cfg.MODEL.DEVICE).type == "cpu":
+    if comm.get_world_size() > 1 and build_run_plan(cfg, purpose="serve", log=False).device.type == "cpu":
         # CPU workers share the machine's cores instead of each using all of them.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.get_local_size()))
     predictor = DefaultPredictor(cfg, backend=backend)
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> None:
         cfg = inference_config(cfg)  # reads the checkpoint once, here
     items = collect_items(cfg, args.split, args.dataset, args.image_dir)
     source = args.image_dir or f"{args.dataset or cfg.DATASETS.TESTS[0]}/{args.split}"
-    device = resolve_device(cfg.MODEL.DEVICE)
+    device = build_run_plan(cfg, purpose="serve", log=False).device
     launch(extract_worker, args.num_gpus, args=(cfg, items, args.output, args.format, source, backend),
            **launch_options(args, device.type))
 

@@ -25,18 +25,18 @@ import time
 from typing import List, Optional
 
 from ..config import CfgNode, ConfigError
+from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
 from ..engine.preemption import TrainingPreempted
-from ..engine.setup import add_run_mode_arguments
-from ..engine.summary import DEFAULT_PROGRAM, format_run_summary, resume_command
 from ..inference import OnnxRuntimeModel, contract_config, inference_config, resolve_backend
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
-from ..utils.env import resolve_device
+from .args import add_run_mode_arguments
 from .base import build_config, command_parser, launch_options
 from .boundary import run_command
+from .summary import DEFAULT_PROGRAM, format_run_summary, resume_command
 
 __all__ = ["PROG", "build_parser", "setup", "train_worker", "run", "main"]
 
@@ -53,10 +53,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def setup(args: argparse.Namespace) -> CfgNode:
-    """Build the config and run `default_setup` (output dir, logs, seeds)."""
+def _checked_config(args: argparse.Namespace) -> CfgNode:
+    """Build the frozen config from the command line and check its values (a wrong one is one error line)."""
     cfg = build_config(args)
-    default_setup(cfg, args)
+    check_config_values(cfg)
+    return cfg
+
+
+def setup(args: argparse.Namespace, cfg: Optional[CfgNode] = None) -> CfgNode:
+    """Run `default_setup` (output dir, logs, seeds) for the run's config.
+
+    Args:
+        args: namespace from `build_parser()`.
+        cfg: the config, built and checked already (`run` does it); None builds and checks it here.
+    Returns:
+        the config.
+    """
+    cfg = _checked_config(args) if cfg is None else cfg
+    default_setup(cfg, args, check=False)  # checked once, where it was built
     return cfg
 
 
@@ -68,7 +82,8 @@ def _eval_only(cfg: CfgNode):
         cfg = contract_config(cfg, model.contract)  # the file's input size; flip is inside it or off
     else:
         cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's
-        model = DefaultTrainer.build_model(cfg)
+        # An evaluation pass: MODEL.COMPILE auto stays eager (no guard to fall back), an explicit mode is kept.
+        model = DefaultTrainer.build_model(cfg, build_run_plan(cfg, purpose="evaluate"))
         Checkpointer(model, save_dir=cfg.OUTPUT_DIR).load(cfg.MODEL.WEIGHTS, checkpointables=[])
     results = DefaultTrainer.test(cfg, model, final=True)
     if cfg.TEST.EXPECTED_RESULTS and comm.is_main_process():
@@ -76,15 +91,17 @@ def _eval_only(cfg: CfgNode):
     return results
 
 
-def train_worker(args: argparse.Namespace):
+def train_worker(args: argparse.Namespace, cfg: Optional[CfgNode] = None):
     """One worker's job: setup, then evaluate or train.
 
     Args:
         args: namespace from `build_parser()`.
+        cfg: the config the launching process built and checked; a spawned worker receives it
+            pickled and builds nothing. None (a direct call) builds and checks it here.
     Returns:
         the evaluation results (main process) or None.
     """
-    cfg = setup(args)
+    cfg = setup(args, cfg)
     if args.eval_only:
         return _eval_only(cfg)
     trainer = DefaultTrainer(cfg)
@@ -143,11 +160,15 @@ def _launch_flags(args: argparse.Namespace) -> List[str]:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Check the config here (fail fast, before any worker starts), then launch the workers."""
-    cfg = build_config(args)
-    check_config_values(cfg)  # one line from this process, not one per worker
-    device = resolve_device(cfg.MODEL.DEVICE)
-    launch(train_worker, args.num_gpus, args=(args,), **launch_options(args, device.type))
+    """Build and check the config here, once (fail fast, before any worker starts), then launch the
+    workers with it.
+
+    Each launching process does this once: the one launcher of a machine (its workers receive the
+    finished config), or each process that torchrun started (it is its own launcher).
+    """
+    cfg = _checked_config(args)  # one error line from this process, not one per worker
+    device = build_run_plan(cfg, log=False).device  # the workers log the plan
+    launch(train_worker, args.num_gpus, args=(args, cfg), **launch_options(args, device.type))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -20,13 +20,15 @@ from tabulate import tabulate
 
 from ..utils.env import cpu_native_bf16, resolve_device
 from ..utils.registry import check_choice, registry_for_key
+from .config import ConfigError
 
 __all__ = [
-    "RunPlan", "AmpDecision", "build_run_plan", "PURPOSES",
+    "RunPlan", "AmpDecision", "build_run_plan", "check_plan_config", "PURPOSES",
     "COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_decision",
     "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
+    "loader_workers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -268,6 +270,23 @@ def device_augment_decision(cfg, device_type: str) -> Tuple[bool, str]:
     return True, "INPUT.DEVICE_AUGMENT auto"
 
 
+# ---------------------------------------------------------------------------- loading
+def loader_workers(cfg) -> int:
+    """The data-loader worker processes of every loader of the run (DATALOADER.NUM_WORKERS).
+
+    Args:
+        cfg: the config.
+    Returns:
+        the worker count (0: load in the training process).
+    Raises:
+        ConfigError: a negative count.
+    """
+    workers = int(cfg.DATALOADER.NUM_WORKERS)
+    if workers < 0:
+        raise ConfigError(f"DATALOADER.NUM_WORKERS must be >= 0, got {workers}")
+    return workers
+
+
 # ---------------------------------------------------------------------------- the plan
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
@@ -330,6 +349,22 @@ class RunPlan:
         logger.info("Run plan (%s):\n%s", self.purpose, self.table())
 
 
+def check_plan_config(cfg) -> None:
+    """Check the plan's enumerated keys without deciding anything (no device is resolved).
+
+    Args:
+        cfg: the config (MODEL.CHANNELS_LAST, MODEL.COMPILE, MODEL.COMPILE_BACKEND, SOLVER.AMP.DTYPE,
+            DATALOADER.NUM_WORKERS).
+    Raises:
+        UnknownChoiceError, ConfigError: the first wrong value (one line: key, choices, closest).
+    """
+    check_choice(cfg.MODEL.CHANNELS_LAST, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
+    normalize_compile_mode(cfg.MODEL.COMPILE)
+    check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
+    check_choice(cfg.SOLVER.AMP.DTYPE, AMP_DTYPE_NAMES, "SOLVER.AMP.DTYPE")
+    loader_workers(cfg)
+
+
 def _architecture(name: str):
     """The meta-architecture class MODEL.META_ARCHITECTURE names, when the registry is loaded (else None)."""
     registry = registry_for_key("MODEL.META_ARCHITECTURE")
@@ -361,7 +396,7 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
     mode, reasons["compile_mode"] = compile_decision(purpose, cfg.MODEL.COMPILE, device, architecture)
     augment, reasons["device_augment"] = device_augment_decision(cfg, device.type)
-    workers = int(cfg.DATALOADER.NUM_WORKERS)
+    workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
     return RunPlan(purpose=purpose, device=device, amp=amp, channels_last=channels_last, compile_mode=mode,
                    compile_explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto",

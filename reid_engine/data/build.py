@@ -1,10 +1,12 @@
-"""Train / test loader builders, batch collation and the device prefetcher.
+"""Train / test loader builders: the config checks of the data section, the resumable training
+loader and the evaluation / extraction loaders.
 
 The path of a training batch: the sampler (main process) yields indices; a batch sampler tags
-each with ``(stream seed, rank, position)``; a worker decodes and augments every sample with
-a generator seeded from that tag; the collate stacks the batch (and applies batch ops with a
-generator seeded from the first tag). Nothing random depends on the worker process, so the
-stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any batch.
+each with ``(stream seed, rank, position)`` (``train_sampling``); a worker decodes and augments
+every sample with a generator seeded from that tag; the collate stacks the batch and applies batch
+ops with a generator seeded from the first tag (``collate``). Nothing random depends on the worker
+process, so the stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any
+batch. The device prefetcher is in ``prefetcher``; this module re-exports the names of all three.
 """
 
 import logging
@@ -12,101 +14,31 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, default_collate
+from torch.utils.data import BatchSampler, DataLoader
 
 from reid_engine.config import ConfigError
+from reid_engine.config.run_plan import loader_workers
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
-from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet, sample_rng
+from .collate import TrainCollator, collate_samples
+from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .image_cache import CACHE_CHOICES, build_image_cache
+from .prefetcher import DevicePrefetcher
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
+from .train_sampling import StreamBatchSampler, build_train_sampler, per_worker_batch
 from .transforms import build_transforms
 
-__all__ = ["build_reid_train_loader", "build_reid_test_loader", "check_data_config", "TrainLoader",
-           "build_tracklet_inference_loader", "check_tracklet_config",
-           "DevicePrefetcher", "collate_samples"]
+__all__ = ["build_reid_train_loader", "build_reid_test_loader", "build_reid_inference_loader", "check_data_config",
+           "TrainLoader", "build_tracklet_inference_loader", "check_tracklet_config",
+           # re-exported from collate, train_sampling and prefetcher
+           "collate_samples", "TrainCollator", "StreamBatchSampler", "build_train_sampler", "per_worker_batch",
+           "DevicePrefetcher"]
 
 logger = logging.getLogger(__name__)
-
-
-def collate_samples(samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    """Stack sample dicts into ``{"images": uint8 (B, 3, H, W), "targets": int64 (B,),
-    "camids": int64 (B,), "img_paths": list[str]}``, plus ``"domains": int64 (B,)`` when
-    the samples carry a ``"domain"`` (training samples do, test samples do not).
-    Tracklet samples ((T, 3, H, W) each) stack into (B, T, 3, H, W) images.
-
-    Raises:
-        ConfigError: the images of the batch differ in size (one line naming the fix).
-    """
-    images = [s["image"] for s in samples]
-    if any(img.shape != images[0].shape for img in images):
-        sizes = sorted({tuple(img.shape[1:]) for img in images})
-        raise ConfigError(f"images of one batch have different sizes {sizes}; set "
-                          f"INPUT.SIZE_TRAIN / INPUT.SIZE_TEST to a fixed [height, width]")
-    batch = {
-        # default_collate stacks into shared memory inside a worker, saving one copy.
-        "images": default_collate(images),
-        "targets": torch.tensor([s["target"] for s in samples], dtype=torch.int64),
-        "camids": torch.tensor([s["camid"] for s in samples], dtype=torch.int64),
-        "img_paths": [s["img_path"] for s in samples],
-    }
-    if "domain" in samples[0]:
-        batch["domains"] = torch.tensor([s["domain"] for s in samples], dtype=torch.int64)
-    bad = [entry for s in samples for entry in s.get("bad_images", ())]
-    if bad:  # images DATALOADER.ON_BAD_IMAGE skip replaced; the loader logs and removes them
-        batch["bad_images"] = bad
-    return batch
-
-
-class TrainCollator:
-    """Collate training samples, then apply the pipeline's batch ops (e.g. random patch).
-
-    Args:
-        pipeline: the training :class:`AugmentationPipeline`.
-    """
-
-    def __init__(self, pipeline):
-        self.pipeline = pipeline
-
-    def __call__(self, samples: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-        batch = collate_samples(samples)
-        if self.pipeline.batch_ops:
-            rng = sample_rng(*samples[0]["stream_key"], purpose=2)
-            images = batch["images"]
-            # Batch ops work on (N, 3, H, W): tracklet frames are folded into N and back.
-            folded = self.pipeline.apply_batch(images.flatten(0, 1) if images.dim() == 5 else images, rng)
-            batch["images"] = folded.view(images.shape)
-        return batch
-
-
-class StreamBatchSampler:
-    """Group a training sampler's indices into batches of ``(index, (seed, rank, position))``.
-
-    Positions count from ``sampler.start``, so a resumed sampler tags samples exactly as the
-    uninterrupted stream did.
-
-    Args:
-        sampler: an :class:`InfiniteSampler`.
-        batch_size: samples per batch on this rank.
-    """
-
-    def __init__(self, sampler: InfiniteSampler, batch_size: int):
-        self.sampler = sampler
-        self.batch_size = int(batch_size)
-
-    def __iter__(self) -> Iterator[List[Tuple[int, Tuple[int, int, int]]]]:
-        seed, rank, position = self.sampler.seed, self.sampler.rank, self.sampler.start
-        batch = []
-        for index in self.sampler:
-            batch.append((index, (seed, rank, position)))
-            position += 1
-            if len(batch) == self.batch_size:
-                yield batch
-                batch = []
 
 
 def _worker_init(worker_id: int) -> None:
@@ -115,14 +47,17 @@ def _worker_init(worker_id: int) -> None:
 
 
 def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
-    """DataLoader arguments shared by the train and test loaders."""
-    if num_workers < 0:
-        raise ConfigError(f"DATALOADER.NUM_WORKERS must be >= 0, got {num_workers}")
+    """DataLoader arguments shared by the train and test loaders (`num_workers`: the run plan's)."""
     kwargs: Dict[str, Any] = {"num_workers": num_workers,
                               "pin_memory": torch.cuda.is_available()}
     if num_workers > 0:
         kwargs["worker_init_fn"] = _worker_init
     return kwargs
+
+
+def _test_loader_kwargs(cfg) -> Dict[str, Any]:
+    """DataLoader arguments of the evaluation / extraction loaders (the run plan's loader workers)."""
+    return _loader_kwargs(loader_workers(cfg))
 
 
 class BadImageLog:
@@ -243,33 +178,6 @@ class TrainLoader:
             shutdown()
 
 
-def _per_worker_batch(total: int, world_size: int, key: str) -> int:
-    """Return ``total // world_size`` or raise a one-line error if it does not divide."""
-    if total < 1 or total % world_size:
-        raise ConfigError(f"{key} ({total}) must be a positive multiple of the number of "
-                         f"workers ({world_size})")
-    return total // world_size
-
-
-def _build_train_sampler(cfg, items, domains: np.ndarray, batch_size: int,
-                         seed: int) -> InfiniteSampler:
-    """Instantiate ``DATALOADER.SAMPLER_TRAIN`` with the extra inputs its class asks for
-    (``set_ids`` are the items' domain indices)."""
-    name = cfg.DATALOADER.SAMPLER_TRAIN
-    cls = SAMPLER_REGISTRY.get(name)
-    available = {"num_instances": cfg.DATALOADER.NUM_INSTANCE, "set_ids": domains,
-                 "set_weight": list(cfg.DATALOADER.SET_WEIGHT)}
-    extra = {k: available[k] for k in cls.extra_args}
-    k = cfg.DATALOADER.NUM_INSTANCE
-    if "num_instances" in extra and (k < 1 or batch_size % k):
-        raise ConfigError(
-            f"{name}: SOLVER.IMS_PER_BATCH ({cfg.SOLVER.IMS_PER_BATCH}) gives {batch_size} "
-            f"images per worker, which must be a positive multiple of DATALOADER.NUM_INSTANCE "
-            f"({k}); change one of them")
-    return cls(items, batch_size, seed=seed, rank=comm.get_rank(),
-               world_size=comm.get_world_size(), **extra)
-
-
 def check_data_config(cfg) -> None:
     """Check the enumerated data values (dataset names, sampler) without reading any data.
 
@@ -346,10 +254,10 @@ def build_reid_train_loader(cfg) -> TrainLoader:
                                  f"under the data root '{root}'")
     # merge_train_sets keeps dataset order, so each item's domain follows from the set sizes.
     domains = np.repeat(np.arange(len(datasets)), [len(ds.train) for ds in datasets])
-    batch_size = _per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(),
+    batch_size = per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(),
                                    "SOLVER.IMS_PER_BATCH")
     seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
-    sampler = _build_train_sampler(cfg, items, domains, batch_size, seed)
+    sampler = build_train_sampler(cfg, items, domains, batch_size, seed)
     pipeline = build_transforms(cfg, is_train=True)
     options = {"domain_names": names,
                "on_bad_image": check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")}
@@ -363,12 +271,12 @@ def build_reid_train_loader(cfg) -> TrainLoader:
     if len(names) > 1:
         logger.info("Training domains: %s", ", ".join(
             f"{d} = {name} ({ds.num_train_pids} ids)" for d, (name, ds) in enumerate(zip(names, datasets))))
+    num_workers = loader_workers(cfg)
     logger.info("Train loader: %d items, %d ids, %d cameras from %s; %s, %d images per batch "
                 "per worker, %d loader workers, stream seed %d", len(items), num_classes,
                 num_cameras, ", ".join(names), type(sampler).__name__, batch_size,
-                cfg.DATALOADER.NUM_WORKERS, seed)
-    return TrainLoader(dataset, sampler, batch_size, TrainCollator(pipeline),
-                       num_workers=cfg.DATALOADER.NUM_WORKERS)
+                num_workers, seed)
+    return TrainLoader(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers)
 
 
 def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:
@@ -412,7 +320,7 @@ def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], 
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     dataset = TrackletItemSet(items, pipeline, cfg.INPUT.SEQ_LEN, method)
     return DataLoader(dataset, batch_sampler=BatchSampler(InferenceSampler(len(items)), batch_size, drop_last=False),
-                      collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
+                      collate_fn=collate_samples, **_test_loader_kwargs(cfg))
 
 
 def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
@@ -443,77 +351,4 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
     # Test loaders run now and then; non-persistent workers free their memory in between.
     return DataLoader(ImageItemSet(items, pipeline, name=name, cache=cache),
                       batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
-                      collate_fn=collate_samples, **_loader_kwargs(cfg.DATALOADER.NUM_WORKERS))
-
-
-def _to_device(batch: Dict[str, Any], device: torch.device, non_blocking: bool) -> Dict[str, Any]:
-    return {k: v.to(device, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v
-            for k, v in batch.items()}
-
-
-class DevicePrefetcher:
-    """Iterate a loader's dict batches with their tensors already on ``device``, one batch ahead.
-
-    On CUDA the copy of the next batch runs on a side stream (non-blocking, from pinned
-    memory) while the current batch is used; on CPU it is a plain pass-through. With a
-    resumable loader, :meth:`state_dict` counts only the batches handed to the caller.
-
-    Args:
-        loader: an iterable of dict batches (a :class:`TrainLoader` or a DataLoader).
-        device: the target device.
-    """
-
-    def __init__(self, loader, device):
-        self.loader = loader
-        self.device = torch.device(device)
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._pending = 0  # batches fetched from the loader but not yet handed out
-
-    @property
-    def dataset(self):
-        """The wrapped loader's dataset."""
-        return self.loader.dataset
-
-    def _fetch(self, iterator: Iterator) -> Optional[Dict[str, Any]]:
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return None
-        if self._stream is None:
-            return _to_device(batch, self.device, non_blocking=False)
-        with torch.cuda.stream(self._stream):
-            return _to_device(batch, self.device, non_blocking=True)
-
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
-        iterator = iter(self.loader)
-        ahead = self._fetch(iterator)
-        while ahead is not None:
-            self._pending = 1
-            if self._stream is not None:
-                current = torch.cuda.current_stream(self.device)
-                current.wait_stream(self._stream)
-                for value in ahead.values():
-                    if isinstance(value, torch.Tensor):
-                        value.record_stream(current)  # the side stream must not reuse it early
-            batch, ahead = ahead, self._fetch(iterator)
-            self._pending = 0 if ahead is None else 1
-            yield batch
-
-    # Properties that raise AttributeError keep hasattr(prefetcher, "state_dict") equal to
-    # hasattr(loader, "state_dict"), so callers can test for resumability the usual way.
-    @property
-    def state_dict(self):
-        """``loader.state_dict`` corrected for the batch held ahead (resumable loaders only)."""
-        if not hasattr(self.loader, "state_dict"):
-            raise AttributeError(f"{type(self.loader).__name__} has no state_dict")
-        return self._state_dict
-
-    @property
-    def load_state_dict(self):
-        """``loader.load_state_dict`` (resumable loaders only)."""
-        return self.loader.load_state_dict
-
-    def _state_dict(self) -> Dict[str, int]:
-        state = dict(self.loader.state_dict())
-        state["num_batches"] -= self._pending
-        return state
+                      collate_fn=collate_samples, **_test_loader_kwargs(cfg))

@@ -14,16 +14,21 @@ from typing import List, Sequence
 import numpy as np
 
 from reid_engine.config import ConfigError
+from reid_engine.config.run_plan import loader_workers
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
-from .build import TrainCollator, TrainLoader, _build_train_sampler, _per_worker_batch
+from .build import TrainLoader
+from .collate import TrainCollator
 from .common import BAD_IMAGE_POLICIES, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .image_cache import build_image_cache
+from .samplers import SAMPLER_REGISTRY
+from .train_sampling import build_train_sampler, per_worker_batch
 from .transforms import build_transforms
 
-__all__ = ["PseudoLabelTrainLoader", "build_pseudo_train_loader", "pseudo_target_names", "relabel_with_clusters"]
+__all__ = ["PseudoLabelTrainLoader", "build_pseudo_train_loader", "check_pseudo_loader_config", "pseudo_target_names",
+           "relabel_with_clusters"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +46,22 @@ def pseudo_target_names(cfg) -> List[str]:
         raise ConfigError(f"PSEUDO.TARGETS {unknown} are not training sets of DATASETS.NAMES {names}; add them to "
                           "DATASETS.NAMES (their labels stay hidden) or remove them from PSEUDO.TARGETS")
     return targets
+
+
+def check_pseudo_loader_config(cfg) -> None:
+    """With PSEUDO.ENABLED, check what the label-free loader needs: PSEUDO.TARGETS names training
+    sets, and DATALOADER.SAMPLER_TRAIN is a P x K identity sampler (it samples the clusters).
+
+    Raises:
+        ConfigError / UnknownChoiceError: the first wrong value, as one line naming the key.
+    """
+    if not cfg.PSEUDO.ENABLED:
+        return
+    pseudo_target_names(cfg)
+    if "num_instances" not in SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN).extra_args:
+        raise ConfigError(f"PSEUDO.ENABLED needs a P x K identity sampler over the clusters, not "
+                          f"DATALOADER.SAMPLER_TRAIN {cfg.DATALOADER.SAMPLER_TRAIN}; use NaiveIdentitySampler "
+                          "(or DomainBalancedSampler for joint training)")
 
 
 def _round_seed(base_seed: int, round_index: int) -> int:
@@ -99,7 +120,7 @@ class PseudoLabelTrainLoader(TrainLoader):
         dataset = TrainImageSet(items, self.pipeline, int(labels.max()) + 1, self.num_cameras, domains=domains,
                                 domain_names=self.domain_names, on_bad_image=self.cfg.DATALOADER.ON_BAD_IMAGE,
                                 cache=self.cache)
-        return dataset, _build_train_sampler(self.cfg, items, domains, batch_size, seed)
+        return dataset, build_train_sampler(self.cfg, items, domains, batch_size, seed)
 
     def set_labels(self, labels: np.ndarray, round_index: int) -> None:
         """Train on ``labels`` from now on: a new dataset, sampler and stream (at its batch 0).
@@ -160,7 +181,7 @@ def build_pseudo_train_loader(cfg) -> PseudoLabelTrainLoader:
     num_source = int(labels[source].max()) + 1 if source.any() else 0
     labels[is_target] = num_source + np.arange(int(is_target.sum()))
     hidden = [(path, label, camid) for (path, _, camid), label in zip(items, labels.tolist())]
-    batch_size = _per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(), "SOLVER.IMS_PER_BATCH")
+    batch_size = per_worker_batch(cfg.SOLVER.IMS_PER_BATCH, comm.get_world_size(), "SOLVER.IMS_PER_BATCH")
     seed = int(cfg.SEED) if cfg.SEED >= 0 else comm.shared_random_seed()
     check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")
     logger.info("Label-free train loader: %d images of %s trained on pseudo labels (their labels hidden)%s; "
@@ -170,7 +191,7 @@ def build_pseudo_train_loader(cfg) -> PseudoLabelTrainLoader:
                 batch_size, seed)
     return PseudoLabelTrainLoader(cfg, hidden, domains, is_target, num_source, truth, num_cameras,
                                   build_transforms(cfg, is_train=True), batch_size, seed, names,
-                                  num_workers=cfg.DATALOADER.NUM_WORKERS)
+                                  num_workers=loader_workers(cfg))
 
 
 def relabel_with_clusters(loader: PseudoLabelTrainLoader, cluster_labels: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The defaults a training script needs: argument parser, setup, writers, DefaultTrainer.
+"""The defaults a training script needs: setup, writers, DefaultTrainer (the argument parser is cli.args's).
 
 `DefaultTrainer` wires the ReID pieces together in the usual way; its `build_*`
 classmethods are the override points for research code.
@@ -35,11 +35,10 @@ from .compile_guard import CompileGuard
 from .ddp import create_ddp_model, model_device
 from .hooks.pseudo_labels import PseudoLabeler
 from .rank_vis import write_rank_vis
-from .setup import default_argument_parser, default_setup, default_writers
+from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
 
 __all__ = [
-    "default_argument_parser",
     "default_setup",
     "default_writers",
     "create_ddp_model",

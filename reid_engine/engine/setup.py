@@ -1,9 +1,10 @@
-"""Run set-up shared by the commands: the classic argument parser, `default_setup`
-(output folder, loggers, config dump, seeds) and the default event writers."""
-import argparse
+"""Run set-up: `default_setup` (config value check, output folder, loggers, config dump, seeds)
+and the default event writers.
+
+The argument parsing of the commands, `default_argument_parser` included, is in `reid_engine.cli.args`.
+"""
 import logging
 import os
-import sys
 import time
 from typing import Optional, Union
 
@@ -17,84 +18,13 @@ from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal
 from ..utils.logger import HIGHLIGHT, setup_logger
 from .config_checks import check_config_values
-from .launch import DEFAULT_RENDEZVOUS_TIMEOUT_S
 
-__all__ = [
-    "add_config_arguments",
-    "add_launch_arguments",
-    "add_run_mode_arguments",
-    "default_argument_parser",
-    "default_setup",
-    "default_writers",
-    "positive_int",
-]
+__all__ = ["default_setup", "default_writers"]
 
 logger = logging.getLogger(__name__)
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --config-file and the trailing KEY VALUE config overrides (`opts`)."""
-    parser.add_argument("--config-file", default="", metavar="FILE", help="path to the config file")
-    parser.add_argument("opts", default=None, nargs=argparse.REMAINDER,
-                        help="config overrides as KEY VALUE pairs, e.g. SOLVER.BASE_LR 0.01 MODEL.DEVICE cpu")
-
-
-def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the flags of `engine.launch`: workers per machine, machines, this machine's rank, rendezvous
-    address and timeout."""
-    parser.add_argument("--num-gpus", type=positive_int, default=1,
-                        help="workers per machine (GPUs, or CPU processes with MODEL.DEVICE cpu)")
-    parser.add_argument("--num-machines", type=positive_int, default=1, help="total number of machines")
-    parser.add_argument("--machine-rank", type=int, default=0, help="rank of this machine (0 .. num-machines - 1)")
-    parser.add_argument("--dist-url", default=None,
-                        help="rendezvous URL, e.g. tcp://host:port; 'auto' picks a free local port (one machine "
-                        "only); default: a local port derived from the user id")
-    parser.add_argument("--dist-timeout", type=float, default=DEFAULT_RENDEZVOUS_TIMEOUT_S, metavar="SECONDS",
-                        help="how long the workers wait for each other to join before one error line names the "
-                        f"address and the missing ranks (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})")
-
-
-def add_run_mode_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --resume and --eval-only, the two modes of a training script."""
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from OUTPUT_DIR/last_checkpoint when it exists (MODEL.WEIGHTS is then ignored)")
-    parser.add_argument("--eval-only", action="store_true", help="only evaluate MODEL.WEIGHTS")
-
-
-def default_argument_parser(epilog: Optional[str] = None) -> argparse.ArgumentParser:
-    """Build the classic parser of a training script (detectron2 / fast-reid style), for your own scripts.
-
-    `reid-train` builds its parser from the same pieces (see `reid_engine.cli`).
-
-    Args:
-        epilog: text shown at the end of `--help`.
-    Returns:
-        argparse.ArgumentParser with --config-file, --resume, --eval-only,
-        --num-gpus, --num-machines, --machine-rank, --dist-url, --dist-timeout and trailing `opts`.
-    """
-    epilog = epilog or (
-        "Examples:\n"
-        f"  {sys.argv[0]} --config-file cfg.yml --num-gpus 8\n"
-        f"  {sys.argv[0]} --config-file cfg.yml --eval-only MODEL.WEIGHTS output/model_final.pth\n"
-        f"  {sys.argv[0]} --config-file cfg.yml --resume\n"
-        f"  {sys.argv[0]} --config-file cfg.yml --num-gpus 2 MODEL.DEVICE cpu   # 2 CPU workers (gloo)\n"
-    )
-    parser = argparse.ArgumentParser(epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_mode_arguments(parser)
-    add_launch_arguments(parser)
-    add_config_arguments(parser)
-    return parser
-
-
-def default_setup(cfg: CfgNode, args) -> None:
+def default_setup(cfg: CfgNode, args, *, check: bool = True) -> None:
     """Prepare a run: config value check, output folder, loggers, environment log, config dump, seeds.
 
     An OUTPUT_DIR that cannot be created or written fails here, before any model is built,
@@ -104,8 +34,11 @@ def default_setup(cfg: CfgNode, args) -> None:
     Args:
         cfg: the full config (it is dumped to OUTPUT_DIR/config.yaml).
         args: the parsed command-line namespace (needs `config_file`, `eval_only`).
+        check: run `check_config_values` first; False when the caller has checked this config already
+            (`reid-train` checks it once, in the launching process, and hands it to the workers).
     """
-    check_config_values(cfg)  # a wrong name fails before OUTPUT_DIR is touched
+    if check:
+        check_config_values(cfg)  # a wrong name fails before OUTPUT_DIR is touched
     output_dir = cfg.OUTPUT_DIR
     if output_dir:  # every worker, so that all fail together (none waits for the others)
         ensure_writable_dir(output_dir, "OUTPUT_DIR")

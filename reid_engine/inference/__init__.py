@@ -10,11 +10,19 @@ never imports engine). Modules, one concern each:
 - `predictor`: `DefaultPredictor`, images in, embeddings out;
 - `contract`: the preprocessing contract an exported model file carries;
 - `onnx_runtime`: the ONNX Runtime back end (an exported .onnx file as the model);
+- `ort_session`: opening an exported .onnx file in ONNX Runtime (one-line errors);
 - `feature_files`: saving and loading features with their metadata;
 - `rank_lists` / `rank_figures`: rank lists, ROC curve and distance histograms.
 """
 from .contract import CONTRACT_FILE, ContractError, DeployContract, contract_from_config, read_contract
-from .extraction import FeatureExtractor, embed_images, extract_shard_features, gather_features, l2_normalize
+from .extraction import (
+    FeatureExtractor,
+    embed_images,
+    extract_model_features,
+    extract_shard_features,
+    gather_features,
+    l2_normalize,
+)
 from .feature_files import FEATURE_FORMATS, feature_paths, load_features, save_features
 from .images import InvalidImageArrayError, as_pil_image
 from .items import SPLITS, ImageFolderError, Item, collect_items, list_image_files, load_dataset
@@ -52,6 +60,7 @@ __all__ = [
     "checkpoint_num_classes",
     "collect_items",
     "embed_images",
+    "extract_model_features",
     "extract_shard_features",
     "feature_paths",
     "gather_features",

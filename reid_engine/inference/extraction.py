@@ -16,7 +16,8 @@ from ..evaluation import DatasetEvaluator, flip_averaged, inference_on_dataset
 from ..utils import comm
 from .items import Item
 
-__all__ = ["l2_normalize", "FeatureExtractor", "embed_images", "extract_shard_features", "gather_features"]
+__all__ = ["l2_normalize", "FeatureExtractor", "embed_images", "extract_shard_features", "extract_model_features",
+           "gather_features"]
 
 
 def l2_normalize(features: torch.Tensor) -> torch.Tensor:
@@ -82,15 +83,35 @@ class _FeatureCollector(DatasetEvaluator):
 
 def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extracting features",
                            cache=None) -> Tuple[int, np.ndarray]:
-    """Embed this worker's contiguous shard of `items` (all of them in a single process).
+    """Embed this worker's contiguous shard of `items` with a predictor (all of them in a single process).
 
-    Runs the evaluation's inference loop (`inference_on_dataset`: eval mode, flip test,
-    progress lines with images/s and ETA) with the predictor's model and transforms.
+    :func:`extract_model_features` with the predictor's config, model, test transforms and flip flag.
 
     Args:
-        predictor: a `DefaultPredictor` (its config, model, test transforms and flip flag).
+        predictor: a `DefaultPredictor`.
+        items, what, cache: as :func:`extract_model_features`.
+    Returns:
+        ``(begin, features)``, as :func:`extract_model_features`.
+    """
+    return extract_model_features(predictor.cfg, predictor.model, items, transforms=predictor.transforms,
+                                  flip=predictor.flip, what=what, cache=cache)
+
+
+def extract_model_features(cfg, model: nn.Module, items: Sequence[Item], *, transforms=None, flip: bool = False,
+                           what: str = "Extracting features", cache=None) -> Tuple[int, np.ndarray]:
+    """Embed this worker's contiguous shard of `items` with `model` (all of them in a single process).
+
+    Runs the evaluation's inference loop (`inference_on_dataset`: eval mode, flip test,
+    progress lines with images/s and ETA), so the features are those the evaluation computes.
+
+    Args:
+        cfg: the config of the loader (TEST.IMS_PER_BATCH, DATALOADER.NUM_WORKERS, INPUT.* of the
+            default test transforms).
+        model: the model (a training model too: the loop runs it in eval mode, then restores its mode).
         items: all items of the job, in order: images, or ``(frame paths, pid, camid)``
             tracklets (one feature each, the model's pooling of the TEST.SAMPLE_METHOD frames).
+        transforms: the image pipeline (default: the test transforms of `cfg`).
+        flip: average in the features of the mirrored images (TEST.FLIP.ENABLED).
         what: first words of the progress lines.
         cache: an image cache to read from where it holds the test pipeline's prefix (see
             ``build_reid_inference_loader``), or None.
@@ -99,11 +120,10 @@ def extract_shard_features(predictor, items: Sequence[Item], what: str = "Extrac
         features of unit norm, in item order (n may be 0 when there are more workers
         than items; D is then 0 too).
     """
-    loader = build_reid_inference_loader(predictor.cfg, items, predictor.transforms, cache=cache)
+    loader = build_reid_inference_loader(cfg, items, transforms, cache=cache)
     world = comm.get_world_size()
     label = f"{what} (worker {comm.get_rank()} of {world})" if world > 1 else what
-    features = inference_on_dataset(predictor.model, loader, _FeatureCollector(), flip_test=predictor.flip,
-                                    progress_label=label)
+    features = inference_on_dataset(model, loader, _FeatureCollector(), flip_test=flip, progress_label=label)
     return loader.batch_sampler.sampler.begin, features
 
 

@@ -48,3 +48,12 @@ def test_benchmark_rejects_its_unknown_flags_but_passes_the_scripts_on(capsys):
 def test_launch_flags_must_be_positive(capsys):
     assert train.main(["--num-gpus", "0"]) == 2
     assert "argument --num-gpus: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_default_argument_parser_is_still_importable_from_engine():
+    from reid_engine.cli.args import default_argument_parser
+    from reid_engine.engine import default_argument_parser as from_engine  # detectron2-style scripts
+
+    assert from_engine is default_argument_parser
+    args = from_engine().parse_args(["--config-file", "x.yml", "--num-gpus", "2", "--resume", "MODEL.DEVICE", "cpu"])
+    assert (args.config_file, args.num_gpus, args.resume, args.opts) == ("x.yml", 2, True, ["MODEL.DEVICE", "cpu"])

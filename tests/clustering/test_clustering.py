@@ -8,7 +8,14 @@ import torch
 from sklearn.cluster import DBSCAN
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from reid_engine.clustering import cluster_centroids, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
+from reid_engine.clustering import (
+    camera_normalized,
+    cluster_centroids,
+    cluster_features,
+    dbscan_pseudo_labels,
+    jaccard_distance_graph,
+    pseudo_label_quality,
+)
 from reid_engine.evaluation import compute_distance_matrix, iter_jaccard_distance
 from tests.evaluation.reference import dense_jaccard, dense_v
 
@@ -92,18 +99,23 @@ def test_dbscan_equals_sklearn_on_the_dense_matrix(eps, min_samples):
 
 @pytest.mark.parametrize("eps", [0.3, 0.6, 0.75])
 def test_the_hook_clusters_a_graph_cut_at_eps_as_the_full_graph(eps):
-    """cluster_targets keeps only the pairs within PSEUDO.EPS: the labels of the full graph."""
-    from reid_engine.config import get_cfg
-    from reid_engine.engine.hooks.pseudo_labels import cluster_targets
-
+    """cluster_features (the hook's clustering) keeps only the pairs within PSEUDO.EPS: the labels of the full graph."""
     feats, _ = _clustered(4, n=80, duplicates=True)
     feats = torch.nn.functional.normalize(feats, dim=1)
-    cfg = get_cfg()
-    cfg.PSEUDO.K1, cfg.PSEUDO.K2, cfg.PSEUDO.EPS, cfg.PSEUDO.MIN_SAMPLES = 10, 4, eps, 3
     full = dbscan_pseudo_labels(jaccard_distance_graph(feats, k1=10, k2=4), eps, 3)
-    labels = cluster_targets(feats.numpy(), cfg)
+    labels = cluster_features(feats.numpy(), eps=eps, min_samples=3, k1=10, k2=4)
     np.testing.assert_array_equal(labels, full)
     assert len(set(full.tolist()) - {-1}) >= 2  # a real clustering, not all outliers
+
+
+def test_cluster_features_with_cameras_clusters_the_camera_normalised_features():
+    """camids (PSEUDO.CAMERA_NORM) cluster camera_normalized(features), not the features as they are."""
+    feats, _ = _clustered(4, n=80, duplicates=True)
+    feats = torch.nn.functional.normalize(feats, dim=1).numpy()
+    camids = np.arange(len(feats)) % 3
+    opts = {"eps": 0.6, "min_samples": 3, "k1": 10, "k2": 4}
+    expected = cluster_features(camera_normalized(feats, camids), **opts)
+    np.testing.assert_array_equal(cluster_features(feats, camids=camids, **opts), expected)
 
 
 def test_dbscan_duplicates_count_as_neighbours():

@@ -15,11 +15,12 @@ import pytest
 import torch
 from PIL import Image
 
+from reid_engine.clustering import camera_normalized
 from reid_engine.config import get_cfg
 from reid_engine.data.datasets import get_dataset
 from reid_engine.engine import DefaultTrainer
 from reid_engine.engine.config_checks import check_config_values
-from reid_engine.engine.hooks.pseudo_labels import PseudoLabeler, PseudoLabelError, camera_normalized
+from reid_engine.engine.hooks.pseudo_labels import PseudoLabeler, PseudoLabelError
 from reid_engine.utils.env import seed_all_rng
 from reid_engine.utils.errors import ReidUserError
 from tests.conftest import REPO_ROOT, run_cli

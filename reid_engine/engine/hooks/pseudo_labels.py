@@ -10,116 +10,26 @@ run continue exactly as an uninterrupted one.
 """
 import logging
 import time
-import types
 from typing import Dict, Optional
 
 import numpy as np
 import torch
 
-from ...clustering import (
-    cluster_centroids,
-    dbscan_max_distance,
-    dbscan_pseudo_labels,
-    jaccard_distance_graph,
-    pseudo_label_quality,
-)
+from ...clustering import cluster_centroids, cluster_features, pseudo_label_quality
 from ...config import ConfigError
-from ...data.pseudo_labels import PseudoLabelTrainLoader, pseudo_target_names, relabel_with_clusters
-from ...data.samplers import SAMPLER_REGISTRY
-from ...inference.extraction import extract_shard_features, gather_features
+from ...data.pseudo_labels import PseudoLabelTrainLoader, relabel_with_clusters
+from ...inference.extraction import extract_model_features, gather_features
 from ...utils import comm
 from ...utils.errors import ReidUserError
 from ..train_loop import HookBase
 
-__all__ = ["PseudoLabeler", "PseudoLabelError", "check_pseudo_config", "cluster_targets", "camera_normalized"]
+__all__ = ["PseudoLabeler", "PseudoLabelError"]
 
 logger = logging.getLogger(__name__)
 
 
 class PseudoLabelError(ReidUserError, RuntimeError):
     """The clustering gave no usable training set (all outliers, too few clusters)."""
-
-
-def _positive(value, key: str, integer: bool = False, upper: Optional[float] = None) -> None:
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0 or (upper is not None and value >= upper):
-        bound = f" and below {upper}" if upper is not None else ""
-        raise ConfigError(f"{key} must be a positive {'integer' if integer else 'number'}{bound}, got {value!r}")
-
-
-def check_pseudo_config(cfg) -> None:
-    """Check the PSEUDO.* values (also when PSEUDO.ENABLED is off) and, when on, the model and sampler.
-
-    Raises:
-        ConfigError / UnknownChoiceError: the first wrong value, as one line naming the key.
-    """
-    p = cfg.PSEUDO
-    _positive(p.PERIOD, "PSEUDO.PERIOD", integer=True)
-    if isinstance(p.ITERS_PER_EPOCH, bool) or not isinstance(p.ITERS_PER_EPOCH, int) or p.ITERS_PER_EPOCH < 0:
-        raise ConfigError(f"PSEUDO.ITERS_PER_EPOCH must be an integer >= 0 (0: images // SOLVER.IMS_PER_BATCH), "
-                          f"got {p.ITERS_PER_EPOCH!r}")
-    _positive(p.EPS, "PSEUDO.EPS (a Jaccard distance)", upper=1.0)
-    for key in ("MIN_SAMPLES", "K1", "K2"):
-        _positive(p[key], f"PSEUDO.{key}", integer=True)
-    if p.K2 > p.K1:
-        raise ConfigError(f"PSEUDO.K2 ({p.K2}) must not exceed PSEUDO.K1 ({p.K1}): the query expansion uses the "
-                          "k-reciprocal neighbours")
-    if isinstance(p.CHUNK_SIZE, bool) or not isinstance(p.CHUNK_SIZE, int) or p.CHUNK_SIZE < 0:
-        raise ConfigError(f"PSEUDO.CHUNK_SIZE must be an integer >= 0 (0: automatic), got {p.CHUNK_SIZE!r}")
-    for node in ("MEMORY", "CAMERA_PROXY"):
-        _positive(p[node].TEMP, f"PSEUDO.{node}.TEMP")
-        momentum = p[node].MOMENTUM
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ConfigError(f"PSEUDO.{node}.MOMENTUM must be in [0, 1), got {momentum!r}")
-    cam = p.CAMERA_PROXY
-    if isinstance(cam.HARD_NEGATIVES, bool) or not isinstance(cam.HARD_NEGATIVES, int) or cam.HARD_NEGATIVES < 0:
-        raise ConfigError(f"PSEUDO.CAMERA_PROXY.HARD_NEGATIVES must be an integer >= 0, got {cam.HARD_NEGATIVES!r}")
-    if isinstance(cam.WEIGHT, bool) or not isinstance(cam.WEIGHT, (int, float)) or cam.WEIGHT < 0:
-        raise ConfigError(f"PSEUDO.CAMERA_PROXY.WEIGHT must be >= 0, got {cam.WEIGHT!r}")
-    if not p.ENABLED:
-        return
-    pseudo_target_names(cfg)
-    if cfg.MODEL.META_ARCHITECTURE != "ClusterContrast":
-        raise ConfigError(f"PSEUDO.ENABLED trains a cluster memory, which MODEL.META_ARCHITECTURE "
-                          f"{cfg.MODEL.META_ARCHITECTURE} has not; set it to ClusterContrast")
-    if "num_instances" not in SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN).extra_args:
-        raise ConfigError(f"PSEUDO.ENABLED needs a P x K identity sampler over the clusters, not "
-                          f"DATALOADER.SAMPLER_TRAIN {cfg.DATALOADER.SAMPLER_TRAIN}; use NaiveIdentitySampler "
-                          "(or DomainBalancedSampler for joint training)")
-
-
-def camera_normalized(features: np.ndarray, camids: np.ndarray) -> np.ndarray:
-    """Subtract each camera's mean feature, then renormalise the rows (PSEUDO.CAMERA_NORM).
-
-    Args:
-        features: (T, D) features.
-        camids: (T,) their cameras.
-    Returns:
-        (T, D) float32 unit rows.
-    """
-    out = np.array(features, dtype=np.float32, copy=True)
-    for cam in np.unique(camids):
-        rows = camids == cam
-        out[rows] -= out[rows].mean(axis=0, keepdims=True)
-    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-
-
-def cluster_targets(features: np.ndarray, cfg, camids: Optional[np.ndarray] = None) -> np.ndarray:
-    """Cluster target features: k-reciprocal Jaccard graph, then DBSCAN.
-
-    Args:
-        features: (T, D) L2-normalised features.
-        cfg: the config (PSEUDO.K1, K2, EPS, MIN_SAMPLES, CHUNK_SIZE, CAMERA_NORM).
-        camids: (T,) cameras of the features (needed with PSEUDO.CAMERA_NORM).
-    Returns:
-        (T,) int64 clusters 0..C-1, -1 for outliers.
-    """
-    p = cfg.PSEUDO
-    if p.CAMERA_NORM:
-        features = camera_normalized(features, camids)
-    graph = jaccard_distance_graph(torch.from_numpy(features), k1=p.K1, k2=p.K2, max_distance=dbscan_max_distance(p.EPS),
-                                   chunk_size=p.CHUNK_SIZE or None)
-    return dbscan_pseudo_labels(graph, p.EPS, p.MIN_SAMPLES)
 
 
 class PseudoLabeler(HookBase):
@@ -153,11 +63,18 @@ class PseudoLabeler(HookBase):
         """Features of every training item on the main worker (None elsewhere)."""
         cfg = self.cfg
         items = self.loader.all_items
-        predictor = types.SimpleNamespace(cfg=cfg, model=self.trainer.model, transforms=None, flip=cfg.TEST.FLIP.ENABLED)
         # The training image cache serves the test pipeline too when INPUT.SIZE_TEST equals SIZE_TRAIN.
-        begin, shard = extract_shard_features(predictor, items, what="Pseudo labels: extracting training features",
+        begin, shard = extract_model_features(cfg, self.trainer.model, items, flip=cfg.TEST.FLIP.ENABLED,
+                                              what="Pseudo labels: extracting training features",
                                               cache=self.loader.cache)
         return gather_features(begin, shard, len(items))
+
+    def _cluster(self, features: np.ndarray) -> np.ndarray:
+        """Clusters of the target items (-1: outliers), from the features of every training item."""
+        p = self.cfg.PSEUDO
+        camids = np.array([camid for _, _, camid in self.loader.all_items])[self.loader.is_target]
+        return cluster_features(features[self.loader.is_target], eps=p.EPS, min_samples=p.MIN_SAMPLES, k1=p.K1,
+                                k2=p.K2, chunk_size=p.CHUNK_SIZE or None, camids=camids if p.CAMERA_NORM else None)
 
     def recluster(self, iteration: int) -> None:
         """Extract, cluster, reset the memory and the sampler (every worker takes part)."""
@@ -167,9 +84,7 @@ class PseudoLabeler(HookBase):
         extract_time = time.perf_counter() - start
         payload = None
         if comm.is_main_process():
-            camids = np.array([camid for _, _, camid in self.loader.all_items])[self.loader.is_target]
-            clusters = cluster_targets(features[self.loader.is_target], self.cfg, camids)
-            payload = (relabel_with_clusters(self.loader, clusters), features)
+            payload = (relabel_with_clusters(self.loader, self._cluster(features)), features)
         labels, features = comm.all_gather(payload)[0]  # the main worker's result, on every worker
         stats = self._check(labels)
         self._apply(labels, torch.from_numpy(features), round_index)

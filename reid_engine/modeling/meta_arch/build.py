@@ -6,15 +6,8 @@ from typing import Optional
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import (
-    CHANNELS_LAST_CHOICES,
-    COMPILE_BACKENDS,
-    RunPlan,
-    build_run_plan,
-    normalize_compile_mode,
-    use_channels_last,
-)
-from reid_engine.utils.registry import Registry, check_choice
+from reid_engine.config.run_plan import CHANNELS_LAST_CHOICES, RunPlan, build_run_plan, use_channels_last
+from reid_engine.utils.registry import Registry
 
 from ..compile import compile_model, inductor_cache_dir
 from ..layers.cpu_bf16_conv import convert_to_matmul_grad_convs
@@ -34,7 +27,9 @@ and features (B, D) in eval mode.
 
 
 def check_model_config(cfg) -> None:
-    """Check every enumerated MODEL value (architecture, backbone, head, losses), building nothing.
+    """Check every enumerated MODEL value of the architecture (backbone, head, losses), building nothing.
+
+    The layout and compile keys are the run plan's (``config.run_plan.check_plan_config``).
 
     Args:
         cfg: the config tree.
@@ -42,9 +37,6 @@ def check_model_config(cfg) -> None:
         UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
     """
     META_ARCH_REGISTRY.check_config(cfg)
-    check_choice(cfg.MODEL.CHANNELS_LAST, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
-    normalize_compile_mode(cfg.MODEL.COMPILE)
-    check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
 
 
 def build_model(cfg, plan: Optional[RunPlan] = None) -> nn.Module:

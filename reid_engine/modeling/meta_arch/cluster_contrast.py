@@ -19,7 +19,7 @@ from .baseline import Baseline
 from .build import META_ARCH_REGISTRY
 from .moco import training_feature_dim
 
-__all__ = ["ClusterContrast", "MEMORY_MODES"]
+__all__ = ["ClusterContrast", "MEMORY_MODES", "check_label_free_architecture"]
 
 #: PSEUDO.MEMORY.MODE values
 MEMORY_MODES = ("mean", "hard")
@@ -130,3 +130,15 @@ class ClusterContrast(Baseline):
             for name, value in self.camera_memory(features, targets, camids).items():
                 losses[name] = value * self.camera_weight
         return losses
+
+
+def check_label_free_architecture(cfg) -> None:
+    """With PSEUDO.ENABLED, MODEL.META_ARCHITECTURE must be ClusterContrast: the clustering fills its
+    memory. (The converse, ClusterContrast without PSEUDO.ENABLED, is :meth:`ClusterContrast.check_config`.)
+
+    Raises:
+        ConfigError: another architecture, as one line naming the fix.
+    """
+    if cfg.PSEUDO.ENABLED and cfg.MODEL.META_ARCHITECTURE != ClusterContrast.__name__:
+        raise ConfigError(f"PSEUDO.ENABLED trains a cluster memory, which MODEL.META_ARCHITECTURE "
+                          f"{cfg.MODEL.META_ARCHITECTURE} has not; set it to ClusterContrast")
