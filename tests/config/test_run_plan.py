@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from reid_engine.config import get_cfg
-from reid_engine.config import run_plan as run_plan_module
 from reid_engine.config.run_plan import (
     amp_decision,
     build_run_plan,
@@ -66,7 +65,7 @@ def test_wrong_values_fail_in_one_line():
 
 @pytest.mark.parametrize("native", ["AMX", ""])
 def test_cpu_bf16_amp_decides_layout_weight_gradients_and_autocast_together(monkeypatch, native):
-    monkeypatch.setattr(run_plan_module, "cpu_native_bf16", lambda: native)
+    monkeypatch.setattr("reid_engine.utils.env.cpu_native_bf16", lambda: native)
     plan = build_run_plan(_cfg(**{"SOLVER.AMP.ENABLED": True}), log=False)
     assert plan.cpu_bf16_weight_grad is bool(native) and plan.channels_last is bool(native)
     assert plan.autocast_dtype == (torch.bfloat16 if native else None) and not plan.grad_scaling
@@ -75,7 +74,7 @@ def test_cpu_bf16_amp_decides_layout_weight_gradients_and_autocast_together(monk
 
 
 def test_amp_decision_on_cpu_turns_float16_into_bfloat16_and_explains_itself(monkeypatch):
-    monkeypatch.setattr(run_plan_module, "cpu_native_bf16", lambda: "AMX")
+    monkeypatch.setattr("reid_engine.utils.env.cpu_native_bf16", lambda: "AMX")
     decision = amp_decision("float16", "cpu")
     assert decision.dtype == torch.bfloat16 and decision.autocast and not decision.grad_scaling
     messages = [m for _, m in decision.notes]

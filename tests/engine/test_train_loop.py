@@ -336,7 +336,7 @@ def test_amp_trainer_bfloat16_on_cpu_and_float16_fallback():
 @pytest.mark.parametrize("native, precision, autocast", [
     ("", "auto", False), ("", "bfloat16", True), ("AMX", "auto", True), ("AVX512-BF16", "auto", True)])
 def test_amp_on_cpu_autocasts_only_where_bfloat16_is_native_or_forced(monkeypatch, native, precision, autocast):
-    monkeypatch.setattr("reid_engine.config.run_plan.cpu_native_bf16", lambda: native)
+    monkeypatch.setattr("reid_engine.utils.env.cpu_native_bf16", lambda: native)
     with capture_logs() as logs:
         trainer = make_trainer(trainer_cls=AMPTrainer, precision=precision)
     trainer.train(0, 1)

@@ -47,7 +47,7 @@ def test_channels_last_auto_follows_the_device_and_cpu_bf16_and_bad_values_are_c
 @pytest.mark.parametrize("native, amp, expected", [("AMX", True, True), ("", True, False), ("AMX", False, False)])
 def test_build_model_lays_out_cpu_bf16_training_channels_last_with_matmul_grad_convs(monkeypatch, native, amp,
                                                                                       expected):
-    monkeypatch.setattr("reid_engine.config.run_plan.cpu_native_bf16", lambda: native)
+    monkeypatch.setattr("reid_engine.utils.env.cpu_native_bf16", lambda: native)
     cfg = tiny_cfg(CHANNELS_LAST="auto", DEVICE="cpu")
     cfg.SOLVER.AMP.ENABLED = amp
     model = build_model(cfg)
