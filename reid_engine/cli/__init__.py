@@ -18,3 +18,10 @@ handling). `args` holds the flag groups the parsers are built from (and the clas
 `default_argument_parser`), `summary` the block a completed `reid-train` run ends with.
 Layering: the top; it may import every other package.
 """
+import os
+
+# Idle OpenMP threads sleep at once instead of spinning: beside another busy process (a shared
+# machine, the loader workers) a spinning thread holds the core that a descheduled peer needs
+# to reach the barrier (README, "Speed switches"). Read by torch's OpenMP when torch is first
+# imported, which the command modules below do; a user's own OMP_WAIT_POLICY is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

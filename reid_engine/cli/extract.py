@@ -19,10 +19,7 @@ its contract says (image sets only). Read it back with
 """
 import argparse
 import logging
-import os
 from typing import List, Optional
-
-import torch
 
 from ..config import CfgNode
 from ..config.run_plan import build_run_plan
@@ -72,9 +69,9 @@ def extract_worker(cfg: CfgNode, items: List[Item], output: str, fmt: str, sourc
     """One worker: embed its shard; the main worker gathers all shards and writes the file."""
     if comm.get_world_size() > 1:  # a spawned worker starts without logging handlers
         setup_logger(distributed_rank=comm.get_rank())
-    if comm.get_world_size() > 1 and build_run_plan(cfg, purpose="serve", log=False).device.type == "cpu":
-        # CPU workers share the machine's cores instead of each using all of them.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.get_local_size()))
+    plan = build_run_plan(cfg, purpose="serve", log=False)
+    if plan.device.type == "cpu":
+        plan.apply_threads()  # CPU workers share the CPUs the process may use instead of each using all
     predictor = DefaultPredictor(cfg, backend=backend)
     begin, features = extract_shard_features(predictor, items)
     merged = gather_features(begin, features, len(items))

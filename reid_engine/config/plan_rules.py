@@ -7,11 +7,13 @@ the batched augmentations run, the loader workers). Machine facts come from ``ut
 """
 import dataclasses
 import logging
-from typing import List, Optional, Tuple, Union
+import os
+from typing import List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from ..utils import env
+from ..utils.cpu_budget import usable_cpus
 from ..utils.registry import check_choice
 from .config import ConfigError
 
@@ -20,7 +22,7 @@ __all__ = [
     "compile_decision", "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "AmpDecision", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
-    "loader_workers",
+    "loader_workers", "cpu_threads",
 ]
 
 
@@ -276,3 +278,32 @@ def loader_workers(cfg) -> int:
     if workers < 0:
         raise ConfigError(f"DATALOADER.NUM_WORKERS must be >= 0, got {workers}")
     return workers
+
+
+# ---------------------------------------------------------------------------- threads
+def cpu_threads(local_workers: int = 1, environ: Optional[Mapping[str, str]] = None,
+                usable: Optional[Tuple[int, str]] = None) -> Tuple[int, str]:
+    """The intra-op threads of each training or inference process on this machine, and why.
+
+    torch's default is the host's physical cores, whatever the process may use: in a
+    container with a CPU quota, on a pinned process, or with several worker processes per
+    machine, more compute threads than CPUs wait for each other at every parallel region.
+    Here: the CPUs this process may use (affinity, cgroup quota) shared by the machine's
+    training processes; OMP_NUM_THREADS, when set, is the user's override.
+
+    Args:
+        local_workers: training processes on this machine (``comm.get_local_size()``).
+        environ: the environment (default: os.environ).
+        usable: (cpus, source) of ``utils.cpu_budget.usable_cpus`` (default: read them).
+    Returns:
+        (threads, reason).
+    """
+    environ = os.environ if environ is None else environ
+    override = environ.get("OMP_NUM_THREADS", "").strip()
+    if override.isdigit() and int(override) > 0:
+        return int(override), f"OMP_NUM_THREADS {override}"
+    cpus, source = usable_cpus() if usable is None else usable
+    local_workers = max(1, int(local_workers))
+    threads = max(1, cpus // local_workers)
+    shared = f" shared by {local_workers} processes" if local_workers > 1 else ""
+    return threads, f"{source}{shared} (OMP_NUM_THREADS overrides)"

@@ -2,7 +2,8 @@
 
 One small object decides, from the config and the machine: the device, the autocast dtype and
 gradient scaling, channels_last, the compile mode (explicit or ``auto``, with the reason), the
-CPU bfloat16 weight-gradient path, device-side augmentation and the loader's worker count.
+CPU bfloat16 weight-gradient path, device-side augmentation, the loader's worker count and the
+intra-op CPU threads.
 Model building, the trainer, the compile guard, inference and export read the plan; none of
 them reads these config keys itself. :func:`build_run_plan` memoises the plan per config and
 purpose, so each process decides (and logs its table) once.
@@ -13,12 +14,13 @@ The decision rules are plain functions in ``config.plan_rules`` (re-exported her
 """
 import dataclasses
 import logging
+import os
 from typing import Dict, List, Optional, Tuple
 
 import torch
 from tabulate import tabulate
 
-from ..utils import env
+from ..utils import comm, env
 from ..utils.registry import check_choice, registry_for_key
 from .plan_rules import (
     AMP_DTYPE_NAMES,
@@ -31,6 +33,7 @@ from .plan_rules import (
     amp_decision,
     batched_op_names,
     compile_decision,
+    cpu_threads,
     device_augment_decision,
     loader_workers,
     normalize_compile_mode,
@@ -70,6 +73,7 @@ class RunPlan:
     cpu_bf16_weight_grad: bool
     device_augment: bool
     loader_workers: int
+    threads: int = 1
     reasons: Dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
@@ -102,11 +106,17 @@ class RunPlan:
             ("CPU bf16 weight gradients", on_off[self.cpu_bf16_weight_grad], r.get("cpu_bf16_weight_grad", "")),
             ("device augmentation", on_off[self.device_augment], r.get("device_augment", "")),
             ("loader workers", str(self.loader_workers), r.get("loader_workers", "")),
+            ("CPU threads", str(self.threads), r.get("threads", "")),
         ]
 
     def table(self) -> str:
         """The plan as a text table (decision, choice, why), for the log."""
         return tabulate(self.rows(), headers=["decision", "choice", "why"], tablefmt="pipe")
+
+    def apply_threads(self) -> None:
+        """Set this process's intra-op threads to the plan's (torch.set_num_threads), when they differ."""
+        if torch.get_num_threads() != self.threads:
+            torch.set_num_threads(self.threads)
 
     def log(self) -> None:
         """Log the plan's table (INFO)."""
@@ -162,10 +172,11 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     augment, reasons["device_augment"] = device_augment_decision(cfg, device.type)
     workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
+    threads, reasons["threads"] = cpu_threads(comm.get_local_size())
     return RunPlan(purpose=purpose, device=device, amp=amp, channels_last=channels_last, compile_mode=mode,
                    compile_explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto",
                    compile_backend=str(cfg.MODEL.COMPILE_BACKEND), cpu_bf16_weight_grad=cpu_bf16,
-                   device_augment=augment, loader_workers=workers, reasons=reasons)
+                   device_augment=augment, loader_workers=workers, threads=threads, reasons=reasons)
 
 
 # Plans already decided in this process, by the config values they read: the same config
@@ -177,7 +188,9 @@ _MAX_PLANS = 16
 
 def _plan_key(cfg, purpose: str, architecture) -> tuple:
     inp = cfg.INPUT
-    machine = (torch.cuda.is_available(), env.cpu_native_bf16())  # constant in a process, but tests stand in for it
+    # constant in a process, but tests stand in for them
+    machine = (torch.cuda.is_available(), env.cpu_native_bf16(), comm.get_local_size(),
+               os.environ.get("OMP_NUM_THREADS", ""))
     return (purpose, architecture, machine, str(cfg.MODEL.DEVICE), bool(cfg.SOLVER.AMP.ENABLED), str(cfg.SOLVER.AMP.DTYPE),
             str(cfg.MODEL.CHANNELS_LAST), str(cfg.MODEL.COMPILE), str(cfg.MODEL.COMPILE_BACKEND),
             str(inp.DEVICE_AUGMENT), batched_op_names(cfg), reordered_keys(cfg), int(cfg.DATALOADER.NUM_WORKERS))

@@ -76,6 +76,7 @@ class DefaultTrainer(TrainerBase):
         cfg = self.auto_scale_workers(cfg, comm.get_world_size())
         # Device, precision, layout, compilation, batched augmentation and loader workers: decided once here.
         self.plan = self.build_run_plan(cfg)
+        self.plan.apply_threads()
 
         data_loader = self.build_train_loader(cfg)
         cfg = self.auto_scale_hyperparams(cfg, data_loader.dataset.num_classes,

@@ -111,3 +111,39 @@ def test_a_plan_is_a_plain_value():
     plan = build_run_plan(_cfg(), log=False)
     changed = dataclasses.replace(plan, channels_last=True)
     assert changed.channels_last and not plan.channels_last and changed.rows()[3][1] == "on"
+
+
+def test_cpu_threads_from_the_usable_cpus_shared_by_local_workers():
+    from reid_engine.config.plan_rules import cpu_threads
+
+    assert cpu_threads(1, environ={}, usable=(2, "affinity 2")) == (2, "affinity 2 (OMP_NUM_THREADS overrides)")
+    threads, reason = cpu_threads(2, environ={}, usable=(2, "cgroup quota 2 of affinity 64"))
+    assert threads == 1 and reason == "cgroup quota 2 of affinity 64 shared by 2 processes (OMP_NUM_THREADS overrides)"
+    assert cpu_threads(4, environ={}, usable=(2, "affinity 2"))[0] == 1
+    assert cpu_threads(1, environ={"OMP_NUM_THREADS": "3"}, usable=(2, "affinity 2")) == (3, "OMP_NUM_THREADS 3")
+
+
+def test_the_plan_applies_its_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    plan = build_run_plan(_cfg(), log=False)
+    assert plan.threads == 1 and plan.rows()[-1] == ("CPU threads", "1", "OMP_NUM_THREADS 1")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        plan.apply_threads()
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_command_line_makes_idle_openmp_threads_sleep():
+    import subprocess
+    import sys
+
+    code = "import os; import reid_engine.cli; print(os.environ['OMP_WAIT_POLICY'])"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "PASSIVE"
+    env["OMP_WAIT_POLICY"] = "ACTIVE"  # the user's choice is kept
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "ACTIVE"

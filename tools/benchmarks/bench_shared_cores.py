@@ -1,0 +1,92 @@
+"""The main job's training step on a machine it shares: quiet, and beside one busy process.
+
+Runs the real command (`tools/train_net.py`, the main job's config, a few epochs without
+evaluation) once per variant, interleaved over rounds, and reads the per-window step time
+(`time` of metrics.json, one value per 20-iteration logging window) of each run:
+
+- quiet / loaded: alone, or beside one single-threaded busy process at nice 5;
+- threads: the run plan's CPU threads, or `--threads N` forced through OMP_NUM_THREADS;
+- OpenMP wait policy: the command line's (PASSIVE: idle threads sleep at once), OpenMP's
+  default (``torch``: threads spin a while before they sleep) or ACTIVE, through OMP_WAIT_POLICY.
+
+It prints, per variant, the median and the worst window, and the worst window against the
+quiet median of the same policy (the issue's target: at most 2.5x in every window).
+
+    python tools/benchmarks/bench_shared_cores.py --data-root datasets --epochs 2 --rounds 2
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
+BUSY = "import os; os.nice(5)\nwhile True: pass\n"
+
+
+def run_once(args, output_dir: str, policy: str, threads: str, loaded: bool) -> List[float]:
+    """One training run; returns the step time of each logging window after the first."""
+    env = dict(os.environ)
+    env.pop("OMP_NUM_THREADS", None)
+    env.pop("OMP_WAIT_POLICY", None)
+    if policy == "torch":
+        env["OMP_WAIT_POLICY"] = ""  # set but empty: the command line keeps it, OpenMP uses its default
+    elif policy != "cli":
+        env["OMP_WAIT_POLICY"] = policy
+    if threads != "plan":
+        env["OMP_NUM_THREADS"] = threads
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", args.config,
+           "DATASETS.ROOT", args.data_root, "OUTPUT_DIR", output_dir, "SOLVER.MAX_EPOCH", str(args.epochs),
+           "TEST.EVAL_PERIOD", "1000", "DATASETS.TESTS", "()", "SOLVER.CHECKPOINT_PERIOD", "1000"]
+    busy = subprocess.Popen([sys.executable, "-c", BUSY]) if loaded else None
+    try:
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    times = []
+    with open(os.path.join(output_dir, "metrics.json")) as f:
+        for line in f:
+            record = json.loads(line)
+            if "time" in record:
+                times.append(float(record["time"]))
+    return times[1:] or times  # the first window holds the warm-up
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-root", default=os.path.join(ROOT, "datasets"))
+    parser.add_argument("--config", default=CONFIG)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--policies", nargs="+", default=["cli", "torch"],
+                        help="cli (the command line's choice), torch (OpenMP's default: spin, then sleep) or an "
+                        "OMP_WAIT_POLICY value (ACTIVE, PASSIVE)")
+    parser.add_argument("--threads", nargs="+", default=["plan"], help="plan, or a thread count")
+    args = parser.parse_args()
+    variants = [(policy, threads, loaded) for policy in args.policies for threads in args.threads
+                for loaded in (False, True)]
+    windows: Dict[tuple, List[float]] = {v: [] for v in variants}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for i, variant in enumerate(variants):
+                start = time.perf_counter()
+                windows[variant] += run_once(args, os.path.join(tmp, f"r{r}_{i}"), *variant)
+                print(f"round {r + 1}/{args.rounds} {variant}: {time.perf_counter() - start:.0f} s", flush=True)
+    print(f"\n{'policy':>8} {'threads':>7} {'load':>6} {'windows':>7} {'median s/it':>11} {'worst s/it':>10} "
+          f"{'worst / quiet median':>20}")
+    for policy, threads, loaded in variants:
+        values = windows[(policy, threads, loaded)]
+        quiet = statistics.median(windows[(policy, threads, False)])
+        print(f"{policy:>8} {threads:>7} {'busy' if loaded else 'quiet':>6} {len(values):>7} "
+              f"{statistics.median(values):>11.3f} {max(values):>10.3f} {max(values) / quiet:>19.2f}x")
+
+
+if __name__ == "__main__":
+    main()
