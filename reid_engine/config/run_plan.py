@@ -114,8 +114,9 @@ class RunPlan:
         return tabulate(self.rows(), headers=["decision", "choice", "why"], tablefmt="pipe")
 
     def apply_threads(self) -> None:
-        """Set this process's intra-op threads to the plan's (torch.set_num_threads), when they differ."""
-        if torch.get_num_threads() != self.threads:
+        """Cap this process's intra-op threads at the plan's (torch.set_num_threads); a lower count
+        the process chose itself is kept."""
+        if torch.get_num_threads() > self.threads:
             torch.set_num_threads(self.threads)
 
     def log(self) -> None:

@@ -132,6 +132,9 @@ def test_the_plan_applies_its_threads(monkeypatch):
         torch.set_num_threads(2)
         plan.apply_threads()
         assert torch.get_num_threads() == 1
+        two = dataclasses.replace(plan, threads=2)
+        two.apply_threads()
+        assert torch.get_num_threads() == 1  # a cap: a lower count the process chose is kept
     finally:
         torch.set_num_threads(before)
 

@@ -1,6 +1,7 @@
 """Tiny models, data streams and trainers shared by the engine tests (CPU, milliseconds)."""
 import contextlib
 import logging
+import os
 from typing import Dict, Iterator, List
 
 import pytest
@@ -8,7 +9,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reid_engine.config import get_cfg
 from reid_engine.engine.train_loop import HookBase, SimpleTrainer, TrainerBase
+
+#: the tiny ResNet-18 BoT config of the end-to-end tests
+TINY_CONFIG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml")
+
+
+@pytest.fixture
+def info_logging():
+    """DefaultTrainer runs setup_logger when INFO is off; tests/conftest.py restores the logger."""
+    logging.getLogger("reid_engine").setLevel(logging.INFO)
+
+
+def tiny_trainer_cfg(data_root: str, out, *opts):
+    """The tiny config on the synthetic test set at 32x16, no test sets, writing into `out`; `opts` override."""
+    cfg = get_cfg()
+    cfg.merge_from_file(TINY_CONFIG)
+    cfg.merge_from_list(["DATASETS.ROOT", data_root, "OUTPUT_DIR", str(out), "DATASETS.TESTS", "()",
+                         "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]", *opts])
+    return cfg
 
 
 @pytest.fixture(autouse=True, scope="module")

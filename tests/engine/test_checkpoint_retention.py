@@ -1,5 +1,4 @@
 """SOLVER.CHECKPOINT_MAX_TO_KEEP reaches the PeriodicCheckpointer that DefaultTrainer builds."""
-import logging
 import os
 
 import pytest
@@ -10,22 +9,13 @@ from reid_engine.engine.defaults import DefaultTrainer
 from reid_engine.utils.checkpoint import CheckpointScheduleError
 from reid_engine.utils.errors import ReidUserError
 
-CFG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml")
+from ._engine_fixtures import info_logging, tiny_trainer_cfg  # noqa: F401 (info_logging: a fixture)
 
-
-@pytest.fixture(autouse=True)
-def info_logging():
-    """DefaultTrainer runs setup_logger when INFO is off; tests/conftest.py restores the logger."""
-    logging.getLogger("reid_engine").setLevel(logging.INFO)
+pytestmark = pytest.mark.usefixtures("info_logging")
 
 
 def _trainer(data_root, out, *opts):
-    cfg = get_cfg()
-    cfg.merge_from_file(CFG)
-    cfg.merge_from_list(["DATASETS.ROOT", data_root, "OUTPUT_DIR", str(out), "DATASETS.TESTS", "()",
-                         "SOLVER.MAX_EPOCH", 2, "SOLVER.CHECKPOINT_PERIOD", 1,
-                         "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]", *opts])
-    return DefaultTrainer(cfg)
+    return DefaultTrainer(tiny_trainer_cfg(data_root, out, "SOLVER.MAX_EPOCH", 2, "SOLVER.CHECKPOINT_PERIOD", 1, *opts))
 
 
 def _periodic_hook(trainer):

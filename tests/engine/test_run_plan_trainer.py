@@ -1,34 +1,21 @@
 """DefaultTrainer decides its run plan once (build_run_plan) and every piece follows it: the model's
 layout and compilation, the step trainer's precision, the compile guard's mode, the writers' device."""
 import dataclasses
-import logging
-import os
 
 import pytest
 import torch
 
-from reid_engine.config import get_cfg
 from reid_engine.config.run_plan import build_run_plan
 from reid_engine.engine.defaults import DefaultTrainer
 from reid_engine.engine.train_loop import AMPTrainer, SimpleTrainer
 
-from ._engine_fixtures import capture_logs
+from ._engine_fixtures import capture_logs, info_logging, tiny_trainer_cfg  # noqa: F401 (info_logging: a fixture)
 
-CFG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml")
-
-
-@pytest.fixture(autouse=True)
-def info_logging():
-    logging.getLogger("reid_engine").setLevel(logging.INFO)
+pytestmark = pytest.mark.usefixtures("info_logging")
 
 
 def _cfg(data_root, out, *opts):
-    cfg = get_cfg()
-    cfg.merge_from_file(CFG)
-    cfg.merge_from_list(["DATASETS.ROOT", data_root, "OUTPUT_DIR", str(out), "DATASETS.TESTS", "()",
-                         "SOLVER.MAX_EPOCH", 1, "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]",
-                         "DATALOADER.NUM_WORKERS", 0, *opts])
-    return cfg
+    return tiny_trainer_cfg(data_root, out, "SOLVER.MAX_EPOCH", 1, "DATALOADER.NUM_WORKERS", 0, *opts)
 
 
 def test_the_trainer_follows_its_plan_and_logs_it_once(data_root, tmp_path):
