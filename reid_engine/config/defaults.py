@@ -231,6 +231,11 @@ _C.DATALOADER.ON_BAD_IMAGE = "error"
 # memory (Market-1501 at 256x128: 1.3 GB); "on" always caches; "off" decodes every sample.
 # Samples are the same bytes either way.
 _C.DATALOADER.CACHE_IMAGES = "auto"
+# (ours) Seconds the training loop waits for a batch before it ends the run with one line naming
+# the stuck loader worker, the index and path it is reading and the file with the stacks of its
+# threads (a stalled network file system, a deadlocked decoder). 0 = automatic: 10 x the slowest
+# batch a worker took so far, at least 60 s. Only with DATALOADER.NUM_WORKERS > 0.
+_C.DATALOADER.HANG_TIMEOUT = 0.0
 
 # ---------------------------------------------------------------------------- #
 # Solver

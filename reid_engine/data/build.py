@@ -2,7 +2,7 @@
 loader and the evaluation / extraction loaders.
 
 The path of a training batch: the sampler (main process) yields indices; a batch sampler tags
-each with ``(stream seed, rank, position)`` (``train_sampling``); a worker decodes and augments
+each with ``(stream seed, 0, global position)`` (``train_sampling``); a worker decodes and augments
 every sample with a generator seeded from that tag; the collate stacks the batch and applies batch
 ops with a generator seeded from the first tag (``collate``). Nothing random depends on the worker
 process, so the stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any
@@ -26,10 +26,11 @@ from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .image_cache import CACHE_CHOICES, build_image_cache
+from .loader_watchdog import LoaderWatchdog, check_hang_timeout, install_in_worker
 from .prefetcher import DevicePrefetcher
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
-from .train_sampling import StreamBatchSampler, build_train_sampler, per_worker_batch
+from .train_sampling import StreamBatchSampler, build_train_sampler, check_stream_resume, per_worker_batch
 from .transforms import build_transforms
 
 __all__ = ["build_reid_train_loader", "build_reid_test_loader", "build_reid_inference_loader", "check_data_config",
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 def _worker_init(worker_id: int) -> None:
     # Workers each run one image at a time: extra intra-op threads would only oversubscribe.
     torch.set_num_threads(1)
+    install_in_worker(worker_id)  # report reads to the training loader's hang watchdog, if any
 
 
 def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
@@ -107,15 +109,18 @@ class TrainLoader:
         batch_size: samples per batch on this rank.
         collate: the collate function.
         num_workers: loader worker processes (0 = decode in the main process).
+        hang_timeout: seconds without a batch before a hung worker ends the run (0 = automatic;
+            DATALOADER.HANG_TIMEOUT, see data.loader_watchdog).
     """
 
     def __init__(self, dataset: TrainImageSet, sampler: InfiniteSampler, batch_size: int,
-                 collate, num_workers: int = 0):
+                 collate, num_workers: int = 0, hang_timeout: float = 0.0):
         self.dataset = dataset
         self.sampler = sampler
         self.batch_size = int(batch_size)
         self.collate = collate
         self.num_workers = int(num_workers)
+        self.hang_timeout = check_hang_timeout(hang_timeout)
         self._num_batches = 0  # batches handed to the caller
         self._iterator: Optional[Iterator] = None
         self.bad_images = BadImageLog(len(dataset), self.batch_size * getattr(sampler, "world_size", 1))
@@ -133,10 +138,12 @@ class TrainLoader:
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         # All iterators share one underlying stream: a second iter() continues it.
         if self._iterator is None:
+            # Before the workers start: they find the watchdog's board on the dataset.
+            self._watchdog = LoaderWatchdog(self.dataset, self.num_workers, self.hang_timeout)
             self._iterator = self._make_iterator()
         while True:
             try:
-                batch = next(self._iterator)
+                batch = self._watchdog.next_batch(self._iterator)
             except BaseException:
                 # Stop the workers now: left to the garbage collector (the traceback holds
                 # the iterator in a cycle) their shutdown can stall for seconds.
@@ -147,26 +154,24 @@ class TrainLoader:
             yield batch
 
     def state_dict(self) -> Dict[str, int]:
-        """Return ``{"seed", "num_batches", "batch_size"}``: the stream and how far the caller
-        has read it (batches read ahead by workers are not counted)."""
+        """Return ``{"seed", "num_batches", "batch_size", "world_size"}``: the stream, how far the
+        caller has read it (batches read ahead by workers are not counted) and how it was split."""
         return {"seed": self.sampler.seed, "num_batches": self._num_batches,
-                "batch_size": self.batch_size}
+                "batch_size": self.batch_size, "world_size": self.sampler.world_size}
 
     def load_state_dict(self, state: Dict[str, int]) -> None:
-        """Continue the stream saved by :meth:`state_dict` (call before iterating).
+        """Continue the stream saved by :meth:`state_dict` (call before iterating), also on
+        another number of workers with the same global batch (see :func:`check_stream_resume`).
 
         Raises:
             RuntimeError: the loader has already started.
-            ValueError: the saved per-worker batch size differs from this loader's.
+            ConfigError: the stream cannot continue here (another global batch, or a sampler
+                whose stream follows the number of workers); one line with the fix.
         """
         if self._iterator is not None:
             raise RuntimeError("TrainLoader.load_state_dict must be called before iterating "
                                "the loader; load the checkpoint first, then start training")
-        if int(state["batch_size"]) != self.batch_size:
-            raise ConfigError(
-                f"the checkpoint's loader used {state['batch_size']} images per worker but this "
-                f"run uses {self.batch_size}; resume with the same SOLVER.IMS_PER_BATCH and "
-                f"number of workers")
+        check_stream_resume(state, self.sampler, self.batch_size)
         self.sampler.load_state_dict({"seed": int(state["seed"]), "start": 0})
         self._num_batches = int(state["num_batches"])
 
@@ -182,7 +187,7 @@ def check_data_config(cfg) -> None:
     """Check the enumerated data values (dataset names, sampler) without reading any data.
 
     Reads DATASETS.NAMES, DATASETS.TESTS, DATALOADER.SAMPLER_TRAIN, DATALOADER.ON_BAD_IMAGE,
-    DATALOADER.CACHE_IMAGES and INPUT.* (through the transform builder).
+    DATALOADER.CACHE_IMAGES, DATALOADER.HANG_TIMEOUT and INPUT.* (through the transform builder).
 
     Args:
         cfg: the config.
@@ -196,6 +201,7 @@ def check_data_config(cfg) -> None:
             dataset_class(name, key)
     SAMPLER_REGISTRY.get(cfg.DATALOADER.SAMPLER_TRAIN)
     check_choice(cfg.DATALOADER.ON_BAD_IMAGE, BAD_IMAGE_POLICIES, "DATALOADER.ON_BAD_IMAGE")
+    check_hang_timeout(cfg.DATALOADER.HANG_TIMEOUT)
     check_choice(cfg.DATALOADER.CACHE_IMAGES, CACHE_CHOICES, "DATALOADER.CACHE_IMAGES")
     check_tracklet_config(cfg)
     for is_train in (True, False):  # building the pipelines only checks INPUT.* (cheap)
@@ -276,7 +282,8 @@ def build_reid_train_loader(cfg) -> TrainLoader:
                 "per worker, %d loader workers, stream seed %d", len(items), num_classes,
                 num_cameras, ", ".join(names), type(sampler).__name__, batch_size,
                 num_workers, seed)
-    return TrainLoader(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers)
+    return TrainLoader(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers,
+                       hang_timeout=cfg.DATALOADER.HANG_TIMEOUT)
 
 
 def build_reid_test_loader(cfg, dataset_name: str) -> Tuple[DataLoader, int]:

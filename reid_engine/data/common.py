@@ -66,8 +66,9 @@ def sample_rng(stream_seed: int, rank: int, position: int, purpose: int = 1) -> 
 
     Args:
         stream_seed: the loader's stream seed.
-        rank: the process rank (ranks augment their own shares differently).
-        position: the position of the sample (or the batch's first sample) in the rank's stream.
+        rank: 0 for training samples: their keys are global stream positions, so a sample is
+            augmented alike for any number of workers.
+        position: the sample's (or the batch's first sample's) position in the global stream.
         purpose: a non-zero tag keeping per-sample and per-batch generators apart.
     """
     return np.random.default_rng([stream_seed, rank, position, purpose])

@@ -90,11 +90,13 @@ class PseudoLabelTrainLoader(TrainLoader):
         base_seed: the stream seed; each round's sampler seed is derived from it.
         domain_names: DATASETS.NAMES.
         num_workers: loader worker processes.
+        hang_timeout: DATALOADER.HANG_TIMEOUT (see TrainLoader).
     """
 
     def __init__(self, cfg, all_items: Sequence, domains: np.ndarray, is_target: np.ndarray,
                  num_source_classes: int, hidden_truth: np.ndarray, num_cameras: int, pipeline,
-                 batch_size: int, base_seed: int, domain_names: Sequence[str], num_workers: int = 0):
+                 batch_size: int, base_seed: int, domain_names: Sequence[str], num_workers: int = 0,
+                 hang_timeout: float = 0.0):
         self.cfg = cfg
         self.all_items = list(all_items)
         self.domains = np.asarray(domains, dtype=np.int64)
@@ -110,7 +112,8 @@ class PseudoLabelTrainLoader(TrainLoader):
         self.cache = build_image_cache(cfg, [path for path, _, _ in self.all_items], pipeline)
         placeholder = np.array([label for _, label, _ in self.all_items], dtype=np.int64)
         dataset, sampler = self._build(placeholder, _round_seed(self.base_seed, -1), int(batch_size))
-        super().__init__(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers)
+        super().__init__(dataset, sampler, batch_size, TrainCollator(pipeline), num_workers=num_workers,
+                         hang_timeout=hang_timeout)
 
     def _build(self, labels: np.ndarray, seed: int, batch_size: int):
         keep = labels >= 0
@@ -191,7 +194,7 @@ def build_pseudo_train_loader(cfg) -> PseudoLabelTrainLoader:
                 batch_size, seed)
     return PseudoLabelTrainLoader(cfg, hidden, domains, is_target, num_source, truth, num_cameras,
                                   build_transforms(cfg, is_train=True), batch_size, seed, names,
-                                  num_workers=loader_workers(cfg))
+                                  num_workers=loader_workers(cfg), hang_timeout=cfg.DATALOADER.HANG_TIMEOUT)
 
 
 def relabel_with_clusters(loader: PseudoLabelTrainLoader, cluster_labels: np.ndarray) -> np.ndarray:

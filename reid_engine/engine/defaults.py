@@ -126,6 +126,10 @@ class DefaultTrainer(TrainerBase):
                 continue at the next iteration (MODEL.WEIGHTS is then ignored).
                 Otherwise only MODEL.WEIGHTS (when set) is loaded and training
                 starts at iteration 0.
+
+        A checkpoint of another number of workers continues exactly when this run has
+        its global batch (the loader's state checks it; ``TrainLoader.load_state_dict``),
+        else the load raises one ``ConfigError`` line before training.
         """
         self.checkpointer.resume_or_load(self.cfg.MODEL.WEIGHTS, resume=resume)
         if resume and self.checkpointer.has_checkpoint():

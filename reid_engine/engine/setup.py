@@ -15,8 +15,8 @@ from ..utils import comm
 from ..utils.collect_env import collect_env_info
 from ..utils.env import seed_all_rng
 from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
-from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal
-from ..utils.logger import HIGHLIGHT, setup_logger
+from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal, write_failure
+from ..utils.logger import HIGHLIGHT, check_log_writes, setup_logger
 from .config_checks import check_config_values
 
 __all__ = ["default_setup", "default_writers"]
@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 def default_setup(cfg: CfgNode, args, *, check: bool = True) -> None:
     """Prepare a run: config value check, output folder, loggers, environment log, config dump, seeds.
 
-    An OUTPUT_DIR that cannot be created or written fails here, before any model is built,
+    An OUTPUT_DIR that cannot be created or written, or a log file that cannot take the
+    set-up's lines (disk full, file size limit), fails here, before any model is built,
     with one line (:class:`~reid_engine.utils.file_io.FileWriteError`). SIGXFSZ is ignored,
     so that writes past the file size limit fail cleanly (EFBIG) instead of killing the process.
 
@@ -65,6 +66,7 @@ def default_setup(cfg: CfgNode, args, *, check: bool = True) -> None:
         _keep_previous_config(path, cfg.dump(), log)
         atomic_write_text(path, cfg.dump())
         log.info(f"Full config saved to {os.path.abspath(path)}")
+    check_log_writes()  # a log that cannot be written stops the run now, not at its first step
 
     seed = cfg.SEED
     seed_all_rng(None if seed < 0 else seed + rank)
@@ -88,6 +90,9 @@ def _keep_previous_config(path: str, new_text: str, log: logging.Logger) -> None
 def default_writers(output_dir: str, max_iter: Optional[int] = None, device: Union[str, torch.device] = "cpu") -> list:
     """The default event writers: console printer, metrics.json and tensorboard.
 
+    Each writes whole records and fails with one line naming its file and the free space
+    (:class:`~reid_engine.utils.file_io.FileWriteError`); the PeriodicWriter then stops the run.
+
     Args:
         output_dir: folder for metrics.json and the tensorboard event file.
         max_iter: total iterations (for the ETA).
@@ -95,7 +100,10 @@ def default_writers(output_dir: str, max_iter: Optional[int] = None, device: Uni
     Returns:
         list of EventWriter.
     """
-    os.makedirs(output_dir, exist_ok=True)
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as e:
+        raise write_failure(output_dir, e, "the output folder") from None
     return [
         CommonMetricPrinter(max_iter, device=device),
         JSONWriter(os.path.join(output_dir, "metrics.json")),

@@ -1,6 +1,8 @@
 """Crash-safe file writes: a reader sees the old content or the new, never a mix.
 
-Failed writes (disk full, quota, file size limit, permissions) become one-line
+Whole files are replaced atomically (:func:`atomic_write`); files that grow (logs,
+metrics.json, tensorboard events) grow by whole records (:class:`RecordFile`). Failed
+writes (disk full, quota, file size limit, permissions) become one-line
 :class:`FileWriteError` messages that name the path and the free space.
 """
 import contextlib
@@ -25,6 +27,7 @@ __all__ = [
     "remove_stale_temp_files",
     "AtomicWritePathManager",
     "FileWriteError",
+    "RecordFile",
     "WriteErrorRecorder",
     "write_failure",
     "check_writable_dir",
@@ -128,6 +131,75 @@ class WriteErrorRecorder:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._f, name)
+
+
+class RecordFile:
+    """A file that grows by whole records (log lines, metrics lines, tensorboard events).
+
+    Each :meth:`write` appends its record completely or not at all: a write that fails
+    (disk full, quota, file size limit) cuts the file back to where the record began, so
+    a reader (or a resumed run appending to it) never meets half a line. The first
+    failure is kept in ``error`` and every later write raises it again without touching
+    the file: what follows a lost record never lands after a gap. Nothing is buffered
+    (one ``os.write`` per record, like a line-buffered stream), so nothing is left to
+    fail at exit.
+
+    Args:
+        path: the file, created when missing, else appended to.
+        what: what the file holds, for the error message (e.g. "metrics to").
+    """
+
+    def __init__(self, path: str, what: str = ""):
+        self.name = path  # like an open file's name
+        self.what = what
+        self.error: "OSError | None" = None
+        # O_APPEND: each record lands at the end even when another process (a forked
+        # loader worker logging) appends too.
+        self._fd: "int | None" = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                                         0o666)
+
+    def write(self, data: "str | bytes") -> int:
+        """Append one record (a str is written as UTF-8).
+
+        Returns:
+            int: the length of `data`.
+
+        Raises:
+            OSError: the write failed, now or before (the file holds no part of the record).
+        """
+        if self.error is not None:
+            raise self.error
+        if self._fd is None:
+            raise ValueError(f"write to the closed file {self.name}")
+        view = memoryview(data.encode("utf-8") if isinstance(data, str) else data).cast("B")
+        done = 0
+        try:
+            while done < len(view):  # near a size limit the system writes part of it, then fails
+                done += os.write(self._fd, view[done:])
+        except OSError as e:
+            self.error = e
+            if done:  # cutting a file back needs no free space
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - done)
+            raise
+        return len(data)
+
+    def flush(self) -> None:
+        """Nothing to flush: every record went to the system when written."""
+
+    def failure(self, then: str = "") -> "FileWriteError | None":
+        """The one-line error for the first failed write (None when none failed).
+
+        Args:
+            then: what follows the fix (what to do next, what the file lacks).
+        """
+        return None if self.error is None else write_failure(self.name, self.error, self.what, then)
+
+    def close(self) -> None:
+        """Close the file (again: nothing)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def check_writable_dir(path: str, key: str) -> None:

@@ -2,17 +2,19 @@
 rate-limited logging helpers."""
 
 import atexit
-import functools
+import contextlib
 import logging
 import os
 import sys
 import time
 from collections import Counter
-from typing import Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 from termcolor import colored
 
-__all__ = ["HIGHLIGHT", "setup_logger", "log_first_n", "log_every_n", "log_every_n_seconds"]
+from .file_io import FileWriteError, RecordFile, write_failure
+
+__all__ = ["HIGHLIGHT", "setup_logger", "check_log_writes", "log_first_n", "log_every_n", "log_every_n_seconds"]
 
 _PLAIN_FORMAT = "[%(asctime)s] %(name)s %(levelname)s: %(message)s"
 _DATE_FORMAT = "%m/%d %H:%M:%S"
@@ -73,12 +75,117 @@ def _console_supports_color() -> bool:
     return hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
 
 
-@functools.lru_cache(maxsize=None)
-def _cached_log_stream(filename: str):
-    """One append-mode stream per file, shared by every logger writing to it."""
-    stream = open(filename, "a", buffering=1)  # line buffered: logs survive a crash
-    atexit.register(stream.close)
-    return stream
+class _LogFile:
+    """The stream of a log file's handler: each line appended whole (:class:`RecordFile`).
+
+    A line that cannot be written (disk full, file size limit) is not reported by the
+    handler (``logging`` would print a traceback to stderr for each line and go on, the
+    log silently losing its end); the first failure is kept, later lines are dropped, and
+    :func:`check_log_writes` turns it into one error line that stops the run.
+    """
+
+    def __init__(self, path: str):
+        self.name = path
+        self._file = RecordFile(path, "the log")
+        self._lost_since: Optional[float] = None  # time of the first line not written
+
+    def write(self, text: str) -> None:
+        """Append one formatted record (keeping the first failure)."""
+        try:
+            self._file.write(text)
+        except OSError:
+            if self._lost_since is None:
+                self._lost_since = time.time()
+
+    def flush(self) -> None:
+        """Nothing to flush: each line is written whole when logged."""
+
+    def failure(self) -> Optional[FileWriteError]:
+        """The one-line error for the first line not written, None when all were."""
+        if self._lost_since is None:
+            return None
+        since = time.strftime(_DATE_FORMAT, time.localtime(self._lost_since))
+        return self._file.failure(then=f"then continue with --resume (its lines from {since} on are not in it)")
+
+    def close(self) -> None:
+        """Close the file; a failure to close is the failure already reported, if any."""
+        with contextlib.suppress(OSError):
+            self._file.close()
+
+
+def _stream_path(stream) -> str:
+    """The file a stream writes to (``/proc/self/fd`` finds a redirected stdout's), else its name."""
+    name = getattr(stream, "name", None)
+    if isinstance(name, str) and not name.startswith("<"):
+        return name
+    with contextlib.suppress(Exception):
+        target = os.readlink(f"/proc/self/fd/{stream.fileno()}")
+        if os.path.isabs(target):
+            return target
+    return name if isinstance(name, str) else "the console"
+
+
+class _Console:
+    """The console handler's stream (stdout at set-up). When the console is a file on a
+    full disk (or a closed pipe), one warning line goes to stderr and later console lines
+    are dropped: logging would print a traceback for each line. The run goes on: log.txt
+    keeps every line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed = False
+
+    def write(self, text: str) -> None:
+        """Write to the console unless it failed before."""
+        self._guarded(self._stream.write, text)
+
+    def flush(self) -> None:
+        """Flush the console unless it failed before."""
+        self._guarded(self._stream.flush)
+
+    def _guarded(self, method, *args) -> None:
+        if self.failed:
+            return
+        try:
+            method(*args)
+        except OSError as e:
+            self.failed = True
+            error = write_failure(_stream_path(self._stream), e, "the console output to",
+                                  then="the run goes on, its lines only in the log file")
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"warning: {error}\n")
+                sys.stderr.flush()
+
+
+# One stream per log file, shared by every logger writing to it (the package's and fvcore's).
+_LOG_FILES: Dict[str, _LogFile] = {}
+# The loggers setup_logger configured: check_log_writes looks at their file handlers.
+_CONFIGURED: Dict[str, None] = {}
+
+
+def _log_file(filename: str) -> _LogFile:
+    """The shared stream of a log file, opened (for appending) on first use, and again
+    after a failure (a new run in this process tries the file afresh)."""
+    if filename not in _LOG_FILES or _LOG_FILES[filename].failure() is not None:
+        _LOG_FILES[filename] = _LogFile(filename)
+        atexit.register(_LOG_FILES[filename].close)
+    return _LOG_FILES[filename]
+
+
+def check_log_writes() -> None:
+    """Stop on a log line that could not be written.
+
+    Raises:
+        FileWriteError: one line naming the first log file (of the loggers
+            :func:`setup_logger` configured) with a lost line, the reason, the free space
+            there and which lines are missing.
+    """
+    for name in _CONFIGURED:
+        for handler in logging.getLogger(name).handlers:
+            stream = getattr(handler, "stream", None)
+            error = stream.failure() if isinstance(stream, _LogFile) else None
+            if error is not None:
+                raise error
 
 
 def _log_file_path(output: str, distributed_rank: int) -> str:
@@ -129,6 +236,7 @@ def setup_logger(
         The configured logger.
     """
     logger = logging.getLogger(name)
+    _CONFIGURED[name] = None
     logger.setLevel(logging.DEBUG)
     logger.propagate = enable_propagation
     abbrev_name = name if abbrev_name is None else abbrev_name
@@ -136,7 +244,7 @@ def setup_logger(
 
     console = None
     if distributed_rank == 0:
-        console = logging.StreamHandler(stream=sys.stdout)
+        console = logging.StreamHandler(stream=_Console(sys.stdout))
         console.setLevel(logging.DEBUG)
         if color and _console_supports_color():
             console.setFormatter(
@@ -155,7 +263,7 @@ def setup_logger(
     if output is not None:
         filename = _log_file_path(output, distributed_rank)
         os.makedirs(os.path.dirname(os.path.abspath(filename)), exist_ok=True)
-        file_handler = logging.StreamHandler(_cached_log_stream(os.path.abspath(filename)))
+        file_handler = logging.StreamHandler(_log_file(os.path.abspath(filename)))
         file_handler.setLevel(logging.DEBUG)
         file_handler.setFormatter(plain_formatter)
     _replace_handler(logger, "file", file_handler)

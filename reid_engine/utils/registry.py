@@ -32,7 +32,8 @@ The arguments, per registry:
     -> ImageDataset
   - ``SAMPLER_REGISTRY`` (DATALOADER.SAMPLER_TRAIN): ``(data_source, mini_batch_size,
     *, seed, rank, world_size, **extra)`` -> InfiniteSampler; ``cls.extra_args`` names
-    the extras it wants
+    the extras it wants; override ``world_size_dependence()`` to return why, if its global
+    stream depends on the number of workers (``--resume`` on another count then refuses)
 
 Fixed enumerations that are not registries (a ResNet depth, a norm name, ...) are
 checked with :func:`lookup` / :func:`check_choice`, which raise the same error.

@@ -119,7 +119,7 @@ def test_resume_continues_stream_with_workers(data_root, reference):
 def test_two_worker_stream_equals_single_process(data_root, reference):
     loader = build_reid_train_loader(_cfg(data_root, workers=2))
     _assert_same(_batches(loader, 3), reference[:3])
-    assert loader.state_dict() == {"seed": 5, "num_batches": 3, "batch_size": 4}
+    assert loader.state_dict() == {"seed": 5, "num_batches": 3, "batch_size": 4, "world_size": 1}
     loader.close()
 
 

@@ -6,15 +6,24 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from reid_engine.config import ConfigError, get_cfg
 from reid_engine.data.samplers import (
     SAMPLER_REGISTRY,
     BalancedIdentitySampler,
+    DomainBalancedSampler,
     ImbalancedDatasetSampler,
     InferenceSampler,
     NaiveIdentitySampler,
     SetReWeightSampler,
     TrainingSampler,
     apportion,
+)
+from reid_engine.data.train_sampling import (
+    StreamBatchSampler,
+    build_train_sampler,
+    check_stream_resume,
+    per_worker_batch,
+    worker_counts,
 )
 
 
@@ -160,3 +169,55 @@ def test_epoch_stream_does_not_depend_on_numpy_global_state():
     a = _take(_make(NaiveIdentitySampler, items, 8), 64)
     np.random.seed(1)
     assert _take(_make(NaiveIdentitySampler, items, 8), 64) == a
+
+
+@pytest.mark.parametrize("cls", [TrainingSampler, NaiveIdentitySampler, SetReWeightSampler])
+def test_resume_on_another_world_size_continues_the_global_stream_and_its_keys(cls):
+    """A checkpoint of 2 workers (8 each) continues exactly on 1 and on 4 workers: neither the global
+    stream nor any sample's key (which seeds its augmentation) depends on how the batch is split."""
+    items = _items([5, 7, 4, 9, 6, 8])
+    extra = {"set_ids": [0] * 16 + [1] * 23} if cls is SetReWeightSampler else {}
+
+    def tagged(world, batches, start=0):  # the global stream of (index, key), rank slices interleaved
+        parts = []
+        for rank in range(world):
+            sampler = _make(cls, items, 16 // world, rank=rank, world_size=world, **extra)
+            sampler.set_start(start * 16 // world)
+            parts.append(list(itertools.islice(iter(StreamBatchSampler(sampler, 16 // world)), batches)))
+        return [sample for step in zip(*parts) for batch in step for sample in batch]
+
+    whole = tagged(2, 12)
+    assert len({key for _, key in whole}) == len(whole)  # distinct keys: samples augment independently
+    saved = {"seed": 3, "num_batches": 5, "batch_size": 8, "world_size": 2}
+    for world in (1, 4):
+        check_stream_resume(saved, _make(cls, items, 16 // world, rank=0, world_size=world, **extra), 16 // world)
+        assert tagged(world, 7, start=5) == whole[5 * 16:]
+        assert tagged(world, 5) == whole[:5 * 16]
+
+
+def test_a_stream_that_cannot_continue_on_another_world_size_is_one_clear_line():
+    items = _items([5, 7, 4, 9, 6, 8, 5, 6])
+    saved = {"seed": 3, "num_batches": 5, "batch_size": 8, "world_size": 2}
+    with pytest.raises(ConfigError, match=r"^--resume: the checkpoint's global batch is 16 images \(8 per worker x 2 "
+                                          r"workers\) but this run's is 32 \(8 x 4\).*SOLVER.IMS_PER_BATCH 16 "
+                                          r"\(and SOLVER.REFERENCE_WORLD_SIZE 0"):
+        check_stream_resume(saved, _make(NaiveIdentitySampler, items, 8, world_size=4), 8)
+    with pytest.raises(ConfigError, match="used 8 images per worker but this run uses 16"):  # no world size saved
+        check_stream_resume({"seed": 3, "num_batches": 5, "batch_size": 8}, _make(TrainingSampler, items, 16), 16)
+    two_sets = {"set_ids": [0] * 16 + [1] * 34, "num_instances": 4}
+    domain = _make(DomainBalancedSampler, items, 16, **two_sets)
+    assert "balances each worker's share over the 2 training sets" in domain.world_size_dependence()
+    with pytest.raises(ConfigError, match="trained on 2 workers, this run has 1: DomainBalancedSampler.*resume on 2 "
+                                          "workers, or start a new run from its weights"):
+        check_stream_resume(saved, domain, 16)
+    check_stream_resume({**saved, "world_size": 1, "batch_size": 16}, domain, 16)  # the same split: fine
+    assert _make(DomainBalancedSampler, items, 16, set_ids=[0] * 50).world_size_dependence() == ""
+    assert worker_counts(16, 4) == [1, 2, 4] and worker_counts(12) == [1, 2, 3, 4, 6, 12]
+    with pytest.raises(ConfigError, match=r"IMS_PER_BATCH \(16\) must be a positive multiple of the number of "
+                                          r"workers \(3\): run on a number of workers that divides it \(1, 2, 4, 8 or 16\)"):
+        per_worker_batch(16, 3, "SOLVER.IMS_PER_BATCH")
+    cfg = get_cfg()
+    cfg.DATALOADER.SAMPLER_TRAIN = "NaiveIdentitySampler"
+    cfg.SOLVER.IMS_PER_BATCH, cfg.DATALOADER.NUM_INSTANCE = 16, 4
+    with pytest.raises(ConfigError, match="gives 2 images per worker, .* run on 1, 2 or 4 workers or change one"):
+        build_train_sampler(cfg, items, np.zeros(len(items), dtype=np.int64), 2, 0)  # 8 workers

@@ -7,6 +7,10 @@ so ranks never overlap within a step and identity groups (consecutive runs of K 
 stay whole on one rank. Indices are produced in the main process, so the stream does not
 depend on the number of loader workers. ``start`` skips the first ``start`` indices of this
 rank's stream without touching any image.
+
+The global stream depends on the global batch, not on how it is split over workers (except
+where :meth:`InfiniteSampler.world_size_dependence` says otherwise): a run resumed on another
+number of workers with the same global batch continues it exactly, global batch by global batch.
 """
 
 import logging
@@ -93,6 +97,20 @@ class InfiniteSampler(Sampler):
                 return epoch, global_position
             global_position -= length
             epoch += 1
+
+    def world_size_dependence(self) -> str:
+        """Why the global stream depends on the number of workers, or "" when it does not.
+
+        A stream that does not is the same for any split of the same global batch, so a
+        checkpoint of it continues exactly on another number of workers; one that does
+        cannot, and the reason goes into the resume error.
+        """
+        return ""
+
+    def global_position(self, position: int) -> int:
+        """Return the position in the global stream of position ``position`` of this rank's."""
+        batch_no, offset = divmod(int(position), self.mini_batch_size)
+        return batch_no * self.global_batch_size + self.rank * self.mini_batch_size + offset
 
     def set_start(self, position: int) -> None:
         """Make the next iteration begin at ``position`` of this rank's stream."""

@@ -67,6 +67,13 @@ class DomainBalancedSampler(NaiveIdentitySampler):
                     f"{len(pids)} ids but a batch may take {most} distinct ids from it; lower "
                     f"SOLVER.IMS_PER_BATCH, raise DATALOADER.NUM_INSTANCE or drop that set")
 
+    def world_size_dependence(self) -> str:
+        """With several domains every worker's share is balanced, so the stream follows the split."""
+        if self.num_domains == 1:
+            return ""
+        return (f"{type(self).__name__} balances each worker's share over the {self.num_domains} training "
+                f"sets, so its stream follows the number of workers")
+
     def share_quotas(self, rng: np.random.Generator) -> np.ndarray:
         """Return the ids each worker's share takes from each domain: int array (world, D)."""
         base, extra = divmod(self.ids_per_share, self.num_domains)

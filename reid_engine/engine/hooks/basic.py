@@ -9,6 +9,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import torch
 
 from ...utils.events import EventWriter
+from ...utils.file_io import FileWriteError
+from ...utils.logger import check_log_writes
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
@@ -180,7 +182,15 @@ class PeriodicWriter(HookBase):
     """Call every writer when ``(iter + 1) % period == 0`` and at the last iteration;
     after training, write once more (e.g. final evaluation results) and close them.
     Optionally write once more at one early iteration, so a slow run shows its first
-    progress line (with an ETA) after a few steps instead of after ``period`` steps."""
+    progress line (with an ETA) after a few steps instead of after ``period`` steps.
+
+    A writer that cannot write (disk full, file size limit), or a log line that could not
+    be written (checked after every step), stops the run with one
+    :class:`~reid_engine.utils.file_io.FileWriteError` line. Registered before the
+    periodic checkpointer, it stops before that step's checkpoint would be saved into the
+    full disk: the last checkpoint stays the one to resume from, and the resumed run
+    writes again what was lost.
+    """
 
     def __init__(self, writers: Sequence[EventWriter], period: int = 20, early_iter: Optional[int] = None):
         """
@@ -197,17 +207,45 @@ class PeriodicWriter(HookBase):
         self._writers = list(writers)
         self._period = period
         self._early_iter = early_iter
+        self._failed = False  # a write failed: the run is stopping on that error
 
     def after_step(self):
         it = self.trainer.iter
-        if (it + 1) % self._period == 0 or it == self.trainer.max_iter - 1 or it == self._early_iter:
-            for writer in self._writers:
-                writer.write()
+        try:
+            if (it + 1) % self._period == 0 or it == self.trainer.max_iter - 1 or it == self._early_iter:
+                for writer in self._writers:
+                    writer.write()
+            check_log_writes()
+        except FileWriteError:
+            self._failed = True
+            raise
 
     def after_train(self):
+        """Write once more and close every writer. After a write failure nothing more is
+        written (the run is stopping on it); a failure now ends a completed run with its
+        one line, and is logged when the run is stopping for another reason (not to hide it)."""
+        errors: List[FileWriteError] = []
         for writer in self._writers:
-            writer.write()
-            writer.close()
+            try:
+                if not self._failed:
+                    writer.write()
+            except FileWriteError as e:
+                errors.append(e)
+            finally:
+                writer.close()
+        if self._failed:
+            return
+        try:
+            check_log_writes()
+        except FileWriteError as e:
+            errors.append(e)
+        if not errors:
+            return
+        self._failed = True
+        if self.trainer.iter >= self.trainer.max_iter:  # completed: nothing else is being raised
+            raise errors[0]
+        for e in errors:
+            logger.error(str(e))
 
 
 class LRScheduler(HookBase):
