@@ -133,9 +133,12 @@ def test_same_seed_same_batch_and_state_dict_round_trip_continues_the_stream():
     torch.save(first.state_dict(), buffer)  # as in a checkpoint, loaded without pickle
     buffer.seek(0)
     expected = first.apply(images)
-    resumed = make(99)
-    resumed.load_state_dict(torch.load(buffer, weights_only=True))
+    state = torch.load(buffer, weights_only=True)
+    resumed, other_rank = make(3), make(99)
+    resumed.load_state_dict(state)
+    other_rank.load_state_dict(state)  # what every rank loads: the main process's state
     assert torch.equal(resumed.apply(images), expected)
+    assert not torch.equal(other_rank.apply(images), expected)  # each rank keeps drawing its own
     # The input is not modified; the batch dict keeps its other entries.
     before = images.clone()
     batch = resumed({"images": images, "targets": torch.arange(16)})
@@ -190,8 +193,7 @@ def test_builder_takes_the_config_values_and_says_where_the_ops_run(caplog):
     assert augment.erasing.value == [1.0, 2.0, 3.0]
     # Ranks and stream seeds draw apart.
     cfg = _cfg(**{"INPUT.DEVICE_AUGMENT": "on"})
-    states = {build_batch_augmentation(cfg, "cpu", s, rank=r).generator.initial_seed() for s, r in
-              ((0, 0), (0, 1), (1, 0))}
+    states = {build_batch_augmentation(cfg, "cpu", s, rank=r).seed for s, r in ((0, 0), (0, 1), (1, 0))}
     assert len(states) == 3
 
 
@@ -245,7 +247,7 @@ def test_trainer_applies_the_batch_augmentation_and_resumes_it_exactly():
     torch.save({"model": first.model.state_dict(), "trainer": first.state_dict()}, buffer)
     buffer.seek(0)
     checkpoint = torch.load(buffer, weights_only=True)
-    assert set(checkpoint["trainer"]["batch_augment"]) == {"generator", "device_type"}
+    assert set(checkpoint["trainer"]["batch_augment"]) == {"steps", "device_type"}
     resumed = _trainer()
     resumed.model.load_state_dict(checkpoint["model"])
     resumed.load_state_dict(checkpoint["trainer"])
@@ -275,7 +277,7 @@ def test_on_cuda_the_draws_stay_on_the_device_without_host_sync_and_resume_exact
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert out.device.type == "cuda" and out.shape == batch["images"].shape
-    again = make(1)
+    again = make(0)
     again.load_state_dict(state)
     assert torch.equal(again.apply(batch["images"].cuda()), out)
 
@@ -320,8 +322,7 @@ def test_default_trainer_resume_with_the_batched_path_is_exact(data_root, tmp_pa
     resumed.resume_or_load(resume=True)  # from the first half's model_final.pth
     assert resumed.start_iter == steps // 2
     resumed.train()
-    assert torch.equal(resumed._trainer.batch_augment.generator.get_state(),
-                       straight._trainer.batch_augment.generator.get_state())
+    assert resumed._trainer.batch_augment.steps == straight._trainer.batch_augment.steps == steps
     expected, got = straight.model.state_dict(), resumed.model.state_dict()
     for key in expected:
         assert torch.equal(expected[key], got[key]), key

@@ -18,6 +18,7 @@ import logging
 import math
 from typing import Any, Dict, Optional, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -53,6 +54,12 @@ def _source_index(pos: torch.Tensor, size: int, mode: str) -> torch.Tensor:
     return torch.where(pos >= size, period - 1 - pos, pos)
 
 
+def derived_seed(*values: int) -> int:
+    """A 63-bit generator seed mixed from integers (numpy's SeedSequence: nearby inputs draw apart)."""
+    words = np.random.SeedSequence([int(v) for v in values]).generate_state(2, dtype=np.uint32)
+    return (int(words[0]) << 31) | (int(words[1]) >> 1)
+
+
 class BatchAugmentation:
     """Flip, pad + random crop and random erasing of a whole batch, on one device.
 
@@ -60,7 +67,9 @@ class BatchAugmentation:
 
     Args:
         device: where the batches are augmented (the training device).
-        seed: seed of the generator (derive it from the stream seed and the rank).
+        seed: this process's seed (derive it from the stream seed and the rank); each batch's draws
+            come from a generator seeded with (seed, batch number), so a checkpoint needs only the
+            batch count, which is the same on every rank.
         flip: the per-image flip whose probability is used, or None.
         pad_crop: the per-image pad + crop whose padding and mode are used, or None (the
             crop keeps the input size: the per-image path resizes to it first).
@@ -71,8 +80,9 @@ class BatchAugmentation:
     def __init__(self, device: Union[str, torch.device], seed: int, flip: Optional[RandomHorizontalFlip] = None,
                  pad_crop: Optional[RandomPadCrop] = None, erasing: Optional[RandomErasing] = None):
         self.device = torch.device(device)
+        self.seed = int(seed)
+        self.steps = 0  # batches augmented so far
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(int(seed))
         self.flip, self.pad_crop, self.erasing = flip, pad_crop, erasing
         self._fill = None
         if erasing is not None:
@@ -103,6 +113,8 @@ class BatchAugmentation:
         if images.device != self.device:
             raise ValueError(f"BatchAugmentation on {self.device} got images on {images.device}; "
                              f"call it on the batch dict (it moves the images) or move them first")
+        self.generator.manual_seed(derived_seed(self.seed, self.steps))
+        self.steps += 1
         frames = images.shape[1] if images.dim() == 5 else 1
         flat = images.flatten(0, 1) if images.dim() == 5 else images
         out = self._pad_crop_flip(flat, images.shape[0], frames)
@@ -175,19 +187,20 @@ class BatchAugmentation:
         return torch.addcmul(images * (1 - mask), self._fill.to(images.dtype), mask)
 
     def state_dict(self) -> Dict[str, Any]:
-        """``{"generator": state ByteTensor, "device_type": str}``: where the draws stand."""
-        return {"generator": self.generator.get_state(), "device_type": self.device.type}
+        """``{"steps": batches augmented, "device_type": str}``: where the draws stand. The same on
+        every rank (each rank's own seed is not in it), so the main process's copy resumes them all."""
+        return {"steps": self.steps, "device_type": self.device.type}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continue the draws saved by :meth:`state_dict`.
+        """Continue the draws saved by :meth:`state_dict` with this process's own seed.
 
-        A state saved on another device type cannot be loaded into this generator: the draws
-        then continue from this run's seed, with a warning (the run is no longer exact).
+        An older checkpoint holds one generator's state (the main process's): loading it into
+        every rank would make the ranks draw alike, so the draws restart from the seeds instead,
+        with a warning.
         """
-        if state.get("device_type") != self.device.type:
-            logger.warning("The checkpoint's batched augmentation state is from a %s generator, this run "
-                           "augments on %s: its draws start from the seed (not an exact resume)",
-                           state.get("device_type"), self.device.type)
+        if "steps" in state:
+            self.steps = int(state["steps"])
             return
-        self.generator.set_state(state["generator"].cpu())
+        logger.warning("The checkpoint's batched augmentation state is from an older version (one "
+                       "generator for every rank): the draws restart from this run's seeds (not an exact resume)")
 

@@ -4,7 +4,6 @@
 import logging
 from typing import List, Optional, Tuple, Union
 
-import numpy as np
 import torch
 
 from reid_engine.config import ConfigError
@@ -13,7 +12,7 @@ from reid_engine.utils.registry import UnknownChoiceError
 
 from .autoaugment import AugMix, AutoAugment
 from .base import AugmentationPipeline, RandomApply, Transform
-from .batched import BatchAugmentation
+from .batched import BatchAugmentation, derived_seed
 from .erasing import RandomErasing, RandomPatch
 from .geometric import CenterCrop, RandomAffine, RandomHorizontalFlip, RandomPadCrop, RandomResizedCrop, Resize
 from .photometric import ColorJitter
@@ -123,8 +122,7 @@ def build_batch_augmentation(cfg, device: Union[str, torch.device], seed: int,
         pad_crop, flip, erasing = _movable_ops(cfg.INPUT, None)
     except ValueError as e:  # the ops check their own arguments; they name the INPUT key
         raise ConfigError(f"{e}: fix that INPUT value") from e
-    words = np.random.SeedSequence([int(seed), int(rank), 4]).generate_state(2, dtype=np.uint32)
-    augment = BatchAugmentation(device, (int(words[0]) << 31) | (int(words[1]) >> 1), flip, pad_crop, erasing)
+    augment = BatchAugmentation(device, derived_seed(seed, rank, 4), flip, pad_crop, erasing)
     logger.info("Augmentation: %s batched on %s before the forward pass (%s)", ", ".join(names), device, reason)
     return augment
 
