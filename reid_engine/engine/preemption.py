@@ -10,7 +10,9 @@ disk stay intact because every file is written atomically.
 
 A terminal's Ctrl-C reaches the launcher and every worker, and torchrun forwards the
 signal it gets to its workers once more: a repeat of the same signal within
-:data:`REPEAT_WINDOW_S` seconds counts as the same request.
+:data:`REPEAT_WINDOW_S` seconds counts as the same request. A signal to the process group
+(Ctrl-C, a batch scheduler's cancel) also ends the data-loader workers; the training loop
+then loads the batches left before the stop in the main process (``engine.loader_faults``).
 """
 import logging
 import os
@@ -33,6 +35,7 @@ __all__ = [
     "launcher_stop_handlers",
     "requested_signal",
     "set_external_stop_flag",
+    "wait_for_request",
     "StopAgreement",
     "signal_name",
 ]
@@ -67,7 +70,15 @@ class TrainingPreempted(ReidUserError):
     @classmethod
     def stopped(cls, signum: int, iteration: int, checkpoint: str, resume: str = "--resume") -> "TrainingPreempted":
         """The error for a run stopped by `signum` after `iteration` with `checkpoint` saved;
-        `resume` says how to continue (the flag, or the whole command)."""
+        `resume` says how to continue (the flag, or the whole command).
+
+        An empty `checkpoint` means none could be saved at the stop (a step or hook could not
+        finish without its data-loader workers): `iteration` is then the one interrupted, and
+        the run continues from the last checkpoint on disk."""
+        if not checkpoint:
+            return cls(f"training stopped by {signal_name(signum)} during iteration {iteration}, which could not "
+                       "finish without its data-loader workers (stopped by the same signal): no new checkpoint; "
+                       f"continue from the last one in OUTPUT_DIR with {resume}", signum, iteration, checkpoint)
         return cls(f"training stopped by {signal_name(signum)} after iteration {iteration}: checkpoint {checkpoint} "
                    f"saved; continue with {resume}", signum, iteration, checkpoint)
 
@@ -148,6 +159,23 @@ def requested_signal() -> int:
         return int(_state["signal"])
     flag = _state["external"]
     return int(flag.value) if flag is not None else 0
+
+
+def wait_for_request(timeout_s: float) -> int:
+    """The pending stop request, waiting up to `timeout_s` seconds for one to arrive.
+
+    A signal to a process group reaches its processes in no defined order: a data-loader
+    worker may die of it before this process has run its own handler.
+
+    Returns:
+        the signal number, or 0 when none arrived in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        signum = requested_signal()
+        if signum or time.monotonic() >= deadline:
+            return signum
+        time.sleep(0.01)  # the handler runs in this (main) thread between sleeps
 
 
 class StopAgreement:

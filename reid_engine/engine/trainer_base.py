@@ -9,8 +9,9 @@ from typing import Dict, Iterable, List, Mapping, Optional
 
 import torch
 
+from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage
-from .loader_faults import loader_worker_error
+from . import loader_faults, preemption
 from .preemption import TrainingPreempted
 
 __all__ = ["HookBase", "TrainerBase"]
@@ -98,6 +99,10 @@ class TrainerBase:
 
         Raises:
             ValueError: when ``start_iter >= max_iter``.
+            ReidUserError: raised inside (a hook, a re-clustering, a loader), logged as one
+                line without its traceback (any other exception is logged with it);
+                DataLoaderWorkerDied for a dead loader worker; TrainingPreempted for a stop
+                signal, also one that reached the loader workers (a process group's).
         """
         start_iter, max_iter = int(start_iter), int(max_iter)
         if start_iter >= max_iter:
@@ -113,6 +118,7 @@ class TrainerBase:
                 self.storage.load_state_dict(self._pending_storage_state)
                 self._pending_storage_state = None
             self._training = True
+            unwatch_workers = loader_faults.watch_loader_workers()
             try:
                 self.before_train()
                 if torch.cuda.is_initialized():
@@ -120,25 +126,69 @@ class TrainerBase:
                     torch.cuda.reset_peak_memory_stats()
                 for self.iter in range(start_iter, max_iter):
                     self.before_step()
-                    self.run_step()
+                    self._run_step_through_stop()
                     self.after_step()
                 self.flush_metrics()  # a bad loss staged in the last steps fails the run here
                 # One past the last step, so hooks can tell a completed run from a failed one.
                 self.iter += 1
-            except TrainingPreempted:
-                raise  # a requested stop, logged by the hook: no traceback
             except Exception as e:
-                translated = loader_worker_error(e, self.iter)
-                if translated is not None:
-                    logger.error(str(translated))
-                    raise translated from e
-                logger.exception(f"Exception during training at iteration {self.iter}:")
-                raise
+                failure = e if isinstance(e, ReidUserError) else self._worker_death(e)
+                if failure is None:  # a bug, not a user error: keep its traceback
+                    logger.exception(f"Exception during training at iteration {self.iter}:")
+                    raise
+                self._log_stop(failure)
+                if failure is e:
+                    raise
+                raise failure from e
             finally:
                 try:
                     self.after_train()
                 finally:
+                    unwatch_workers()
                     self._training = False
+
+    def _run_step_through_stop(self) -> None:
+        """``run_step``; when its data-loader workers died of the stop signal this process
+        got too (a signal to the process group), the main process loads the batches of
+        the steps left until the stop hook has every worker agree on the step to save at."""
+        try:
+            loader_faults.raise_pending_stop_death()  # a death noted mid-step fails this fetch
+            self.run_step()
+        except Exception as e:  # a dead worker's queued batch fails as FileNotFoundError, among others
+            failure = self._worker_death(e)
+            if failure is None:
+                raise
+            if not (isinstance(failure, TrainingPreempted) and loader_faults.stopped_worker(e)
+                    and loader_faults.load_in_main_process(self)):
+                raise failure from e
+            logger.warning(f"{preemption.signal_name(failure.signum)} stopped the data-loader workers too: the main "
+                           f"process loads the batches of iteration {self.iter} and of any until the agreed stop")
+            self.run_step()
+
+    def _log_stop(self, error: ReidUserError) -> None:
+        """Log why training stops, in one line: the command line prints the same error as
+        one line (and its traceback only with --debug), as for errors at start-up."""
+        if isinstance(error, TrainingPreempted):
+            if not error.checkpoint:  # a saved stop is logged by the hook that saved it
+                logger.warning(f"{preemption.signal_name(error.signum)} stopped the data-loader workers too, and "
+                               f"iteration {self.iter} cannot finish without them: stopping without a new checkpoint")
+        else:
+            logger.error(f"Training stopped at iteration {self.iter}: {error}")
+
+    def _worker_death(self, exc: BaseException) -> Optional[ReidUserError]:
+        """What a dead data-loader worker means: a stop without a new checkpoint when this
+        process got a stop signal too (TrainingPreempted), else DataLoaderWorkerDied.
+
+        Returns:
+            None when `exc` is no dead-worker error (nor an error of a fetch during a stop).
+        """
+        translated = loader_faults.loader_worker_error(exc, self.iter)
+        stop_kind = loader_faults.stopped_worker(exc)
+        if translated is None and not stop_kind:
+            return None
+        # The worker may have died of a group's signal before this process ran its handler.
+        signum = preemption.wait_for_request(loader_faults.STOP_GRACE_S if stop_kind else 0.0)
+        return TrainingPreempted.stopped(signum, self.iter, "") if signum else translated
 
     def before_train(self) -> None:
         """Call ``before_train`` of every hook."""

@@ -1,7 +1,7 @@
 """Preemption: SIGTERM / SIGUSR1 / SIGINT finish the step, save a checkpoint, log the --resume command and
-exit 143; every worker stops after the same iteration; a second signal stops at once; resuming is exact."""
+exit 143, also when the signal went to the whole process group (loader workers included); every worker stops
+after the same iteration; a second signal stops at once; resuming is exact."""
 import os
-import re
 import shlex
 import signal
 import subprocess
@@ -14,7 +14,8 @@ from reid_engine.engine import hooks, preemption
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.conftest import REPO_ROOT
 from tests.engine._engine_fixtures import make_trainer, one_torch_thread  # noqa: F401
-from tests.faults._jobs import MAX_ITER, assert_same_run, error_lines, finish, job_args, job_env, read, run, start, wait_for
+from tests.faults._group_job import GroupJob
+from tests.faults._jobs import assert_same_run, error_lines, finish, job_args, job_env, read, run, start
 
 
 def _trainer_with_preemption(out, period=100):
@@ -93,31 +94,18 @@ def test_second_signal_stops_at_once_and_keeps_the_last_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigterm_from_outside_then_logged_resume_command_is_bit_identical(data_root, tmp_path):
+def test_sigterm_to_the_process_group_then_logged_resume_command_is_bit_identical(data_root, tmp_path):
+    # A batch scheduler's cancel: SIGTERM to every process of the job, its 2 loader workers included.
     uninterrupted, out = str(tmp_path / "ref"), str(tmp_path / "out")
-    reference = start(job_args(data_root, uninterrupted))  # alongside: each run keeps one core busy
-    # Slow steps (until the signal arrives) leave the test ample time to signal mid-run.
-    proc = start(job_args(data_root, out), REID_TEST_STEP_DELAY=1.0)
-    wait_for(lambda: "Starting training" in read(os.path.join(out, "log.txt")) or proc.poll() is not None,
-             what="training to start")
-    proc.send_signal(signal.SIGTERM)
-    rc, _, err = finish(proc)
-    assert rc == preemption.PREEMPTED_EXIT_CODE, err[-3000:]
-    assert "Traceback" not in err and len(error_lines(err)) == 1, err[-3000:]
+    workers = ("DATALOADER.NUM_WORKERS", "2")
+    reference = start(job_args(data_root, uninterrupted, *workers))  # alongside: each run keeps one core busy
+    job = GroupJob(out, job_args(data_root, out, *workers), signal.SIGTERM)
+    job.signal_when_training()
+    iteration, command = job.check_stopped_with_checkpoint(loader_workers=2)
     line = [ln for ln in read(os.path.join(out, "log.txt")).splitlines() if "training stopped by SIGTERM" in ln]
-    assert len(line) == 1, line
-    match = re.search(r"after iteration (\d+): checkpoint (\S+) saved; continue with (python tools/train_net.py .*)$",
-                      line[0])
-    assert match, line[0]
-    iteration = int(match.group(1))
-    assert 0 <= iteration < MAX_ITER - 1
-    name = f"model_{iteration:07d}.pth"
-    assert match.group(2) == os.path.join(out, name) and read(os.path.join(out, "last_checkpoint")).strip() == name
-    assert torch.load(os.path.join(out, name), weights_only=True)["iteration"] == iteration
+    assert len(line) == 1 and line[0].endswith(command), line
 
-    command = shlex.split(match.group(3))
-    assert "--resume" in command
-    resumed = subprocess.run([sys.executable] + command[1:], env=job_env(), cwd=REPO_ROOT,
+    resumed = subprocess.run([sys.executable] + shlex.split(command)[1:], env=job_env(), cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=240)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Starting training from iteration {iteration + 1}" in read(os.path.join(out, "log.txt"))
