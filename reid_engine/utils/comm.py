@@ -137,7 +137,12 @@ def object_collective_group() -> "dist.ProcessGroup":
 
 
 def destroy_process_group() -> None:
-    """Tear down torch.distributed and forget the groups created here (no-op without one)."""
+    """Tear down torch.distributed and forget the groups created here (no-op without one).
+
+    A group that something else still refers to (a DDP model does) keeps its gloo threads
+    running after this; `launch`'s workers therefore end without interpreter finalization
+    (issue 37: such a thread can abort the process there).
+    """
     global _LOCAL_PROCESS_GROUP
     _LOCAL_PROCESS_GROUP = None
     object_collective_group.cache_clear()

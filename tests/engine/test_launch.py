@@ -1,16 +1,20 @@
 """launch(): in-process runs, real 2-process gloo jobs, two "machines", torchrun, failures."""
+import atexit
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
+import types
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from reid_engine.engine.launch import _find_free_port, default_dist_url, launch
+from reid_engine.engine.launch import launch
+from reid_engine.engine.rendezvous import default_dist_url, find_free_port
 from reid_engine.modeling.compile import compile_model, uncompile_model
 from reid_engine.utils import comm
 
@@ -55,6 +59,54 @@ def _train(model, batches, after_step=None):
     return model
 
 
+def _thread_names(os=os):
+    """The names of this process's threads (Linux). Only os.* (bound here): it runs in finalization too."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/comm", os.O_RDONLY)
+        except OSError:  # a thread that just ended
+            continue
+        names.append(os.read(fd, 64).decode().strip())
+        os.close(fd)
+    return names
+
+
+def _write_thread_names(path, os=os, json=json, names=_thread_names):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, json.dumps(names()).encode())
+    os.close(fd)
+
+
+def _touch_later(path):
+    time.sleep(0.3)
+    open(path, "w").close()
+
+
+class _FinalizationProbe:
+    """When freed by interpreter finalization, writes down the threads still running."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __del__(self, write=_write_thread_names):  # bound now: module globals may be gone by then
+        write(self.path)
+
+
+_KEPT = []  # what a worker keeps to the end: its process group, as a DDP model does
+
+
+def _watch_the_end(out_dir, rank):
+    """Set up the checks of how the worker ends (see the DDP test)."""
+    _KEPT.append(dist.group.WORLD)
+    # The probe in a module that only sys.modules holds: finalization, if it comes, frees it.
+    probe = types.ModuleType("_reid_engine_finalization_probe")
+    probe.probe = _FinalizationProbe(os.path.join(out_dir, f"finalized{rank}.json"))
+    sys.modules[probe.__name__] = probe
+    atexit.register(_write_thread_names, os.path.join(out_dir, f"atexit{rank}.json"))
+    threading.Thread(target=_touch_later, args=(os.path.join(out_dir, f"late{rank}"),)).start()  # not a daemon
+
+
 def ddp_train_main(out_dir):
     """Worker: train the toy model with DDP on this rank's own batch, save weights and facts."""
     rank = comm.get_rank()
@@ -76,6 +128,7 @@ def ddp_train_main(out_dir):
         },
         os.path.join(out_dir, f"rank{rank}.pt"),
     )
+    _watch_the_end(out_dir, rank)
 
 
 def _record_pid_main(box):
@@ -134,7 +187,7 @@ def test_default_url_and_free_port():
     port = int(url.rsplit(":", 1)[1])
     assert url.startswith("tcp://127.0.0.1:") and url == default_dist_url()
     assert 2**15 + 2**14 <= port < 2**16
-    free = _find_free_port()
+    free = find_free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", free))  # really free
 
@@ -171,6 +224,18 @@ def test_ddp_two_gloo_workers_end_with_equal_weights_eager_and_compiled(tmp_path
         for result in results:  # compiled for a step, then eager: the same DDP training
             torch.testing.assert_close(result["compiled_state"][f"net.{key}"], ref)
     assert all(r["compiles"] >= 1 for r in results)
+    # The end of each worker (issue 37): its process group outlived the teardown (the atexit
+    # handlers, which ran, still saw gloo's threads), and its non-daemon thread was waited for;
+    # but the interpreter never finalized with those threads running: one of them still
+    # releasing its last collective then must take the GIL, is ended by Python inside a C++
+    # destructor and aborts the process (SIGABRT).
+    for rank in range(2):
+        at_exit = json.loads((tmp_path / f"atexit{rank}.json").read_text())
+        assert any("gloo" in name for name in at_exit), at_exit
+        assert (tmp_path / f"late{rank}").exists()
+        finalized = tmp_path / f"finalized{rank}.json"
+        running = json.loads(finalized.read_text()) if finalized.exists() else []
+        assert not [name for name in running if "gloo" in name or "tcpstore" in name], running
 
 
 @pytest.mark.slow
@@ -179,8 +244,8 @@ def test_jobs_in_separate_processes(tmp_path):
     machines_dir, fail_dir, torchrun_dir = (tmp_path / n for n in ("machines", "fail", "torchrun"))
     for d in (machines_dir, fail_dir, torchrun_dir):
         d.mkdir()
-    url = f"tcp://127.0.0.1:{_find_free_port()}"
-    master_port = _find_free_port()
+    url = f"tcp://127.0.0.1:{find_free_port()}"
+    master_port = find_free_port()
     jobs = [_job("fail", fail_dir)]
     try:
         jobs += [_job("machines", r, url, machines_dir) for r in range(2)]

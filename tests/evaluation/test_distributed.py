@@ -1,14 +1,11 @@
 """ReidEvaluator with 2 gloo workers (contiguous InferenceSampler-style shards) equals 1 worker."""
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from reid_engine.config import get_cfg
+from reid_engine.engine.launch import launch
 from reid_engine.evaluation import ReidEvaluator
+from reid_engine.utils import comm
 
 NUM_ITEMS, NUM_QUERY, WORLD = 42, 10, 2
 
@@ -34,34 +31,25 @@ def _evaluate(indices):
     return evaluator.evaluate()
 
 
-def _worker(rank, port, out_path):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def _evaluate_shard(out_path):
+    """Worker: evaluate this rank's contiguous shard (like InferenceSampler: 21 / 21)."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        shard = NUM_ITEMS // WORLD  # contiguous shards like InferenceSampler: 21 / 21
-        results = _evaluate(torch.arange(rank * shard, (rank + 1) * shard))
-        if rank == 0:
-            torch.save(dict(results), out_path)
-        else:
-            assert results == {}
-        # Both workers finish their gloo traffic before either tears the group down: a worker
-        # that destroys it while its peer still talks can abort in gloo's threads (SIGABRT).
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    rank, shard = comm.get_rank(), NUM_ITEMS // WORLD
+    results = _evaluate(torch.arange(rank * shard, (rank + 1) * shard))
+    if rank == 0:
+        torch.save(dict(results), out_path)
+    else:
+        assert results == {}
 
 
 @pytest.mark.slow
 def test_two_gloo_workers_equal_one(tmp_path):
     out_path = str(tmp_path / "results.pth")
-    mp.spawn(_worker, args=(_free_port(), out_path), nprocs=WORLD, join=True)
+    # Through launch, whose workers end without a signal. This test's own workers once aborted
+    # (SIGABRT, issue 37): comm's cached object-collective group kept the process group alive past
+    # dist.destroy_process_group, and a gloo thread still releasing the last collective was
+    # ended by Python in interpreter finalization.
+    launch(_evaluate_shard, WORLD, dist_url="auto", args=(out_path,), backend="gloo")
     distributed = torch.load(out_path)
     single = _evaluate(torch.arange(NUM_ITEMS))
     assert list(distributed) == list(single)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from reid_engine.engine.launch import RendezvousError, _rendezvous
+from reid_engine.engine.rendezvous import RendezvousError, rendezvous
 from tests.faults._jobs import error_lines, job_args, run, snapshot
 
 
@@ -39,7 +39,7 @@ def test_unreachable_address_is_named_after_the_timeout():
     url = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens there
     start = time.monotonic()
     with pytest.raises(RendezvousError) as info:
-        _rendezvous(url, world_size=2, rank=1, num_local_workers=1, timeout_s=0.5)
+        rendezvous(url, world_size=2, rank=1, num_local_workers=1, timeout_s=0.5)
     assert 0.5 <= time.monotonic() - start < 10
     assert f"rank 1 could not reach the rendezvous at {url} within 0.5 s" in str(info.value)
     assert "\n" not in str(info.value)

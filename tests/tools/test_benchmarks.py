@@ -75,3 +75,20 @@ def test_bench_cpu_bf16_conv_times_the_shapes_and_the_whole_step(bench_module, c
     assert used["256, 6x3, 256, 3x3, 1"] == "yes" and used["32, 24x12, 32, 3x3, 1"] == "no", out
     speedup = out.split("speed-up ")[1].split("x")[0]
     assert float(speedup) > 0 and "convolutions converted" in out, out
+
+
+def test_bench_shared_cores_places_the_run_on_pinned_cores_or_a_quota_group(bench_module, tmp_path):
+    bench = bench_module("bench_shared_cores")
+    assert bench._placer("machine", "") is None
+    pin = bench._placer("pin:1", "")
+    before = os.sched_getaffinity(0)
+    try:
+        pin()
+        assert os.sched_getaffinity(0) == {sorted(before)[0]}
+    finally:
+        os.sched_setaffinity(0, before)
+    procs = tmp_path / "cgroup.procs"
+    bench._placer("quota:1", str(tmp_path))()  # a fake group folder: the pid lands in its procs file
+    assert procs.read_text() == str(os.getpid())
+    with pytest.raises(SystemExit, match="unknown placement"):
+        bench._placer("cores:2", "")

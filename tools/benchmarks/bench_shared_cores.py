@@ -7,14 +7,21 @@ evaluation) once per variant, interleaved over rounds, and reads the per-window 
 - quiet / loaded: alone, or beside one single-threaded busy process at nice 5;
 - threads: the run plan's CPU threads, or `--threads N` forced through OMP_NUM_THREADS;
 - OpenMP wait policy: the command line's (PASSIVE: idle threads sleep at once), OpenMP's
-  default (``torch``: threads spin a while before they sleep) or ACTIVE, through OMP_WAIT_POLICY.
+  default (``torch``: threads spin a while before they sleep) or ACTIVE, through OMP_WAIT_POLICY;
+- placement: the whole machine, ``pin:N`` (affinity to the first N cores: an N-core machine) or
+  ``quota:N`` (a cgroup with a quota of N CPUs on all cores, as a container limited to N CPUs
+  on a larger host; needs root and a writable cgroup v1 cpu controller or cgroup v2).
 
 It prints, per variant, the median and the worst window, and the worst window against the
 quiet median of the same policy (the issue's target: at most 2.5x in every window).
 
     python tools/benchmarks/bench_shared_cores.py --data-root datasets --epochs 2 --rounds 2
+    # a container limited to 1 CPU against a 1-core machine (plan's threads, and 2 forced threads):
+    python tools/benchmarks/bench_shared_cores.py --policies cli --threads plan 2 --placements pin:1 quota:1 \
+        --loads quiet --epochs 1 --rounds 2
 """
 import argparse
+import atexit
 import json
 import os
 import statistics
@@ -29,7 +36,41 @@ CONFIG = os.path.join(ROOT, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.
 BUSY = "import os; os.nice(5)\nwhile True: pass\n"
 
 
-def run_once(args, output_dir: str, policy: str, threads: str, loaded: bool) -> List[float]:
+def _placer(placement: str, cgroup: str):
+    """A preexec function that puts the child where `placement` says (None for the whole machine)."""
+    kind, _, count = placement.partition(":")
+    if kind == "machine":
+        return None
+    if kind == "pin":
+        cpus = sorted(os.sched_getaffinity(0))[:int(count)]
+        return lambda: os.sched_setaffinity(0, cpus)
+    if kind == "quota":
+        procs = os.path.join(cgroup, "cgroup.procs")
+        return lambda: open(procs, "w").write(str(os.getpid()))
+    raise SystemExit(f"unknown placement {placement!r}: use machine, pin:N or quota:N")
+
+
+def make_cgroup(cpus: float) -> str:
+    """A cgroup limited to `cpus` CPUs (v1's cpu controller or v2), removed at exit."""
+    name = f"reid_engine_bench_{os.getpid()}"
+    if os.path.isdir("/sys/fs/cgroup/cpu"):
+        folder = os.path.join("/sys/fs/cgroup/cpu", name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(folder, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(cpus * 100000)))
+    else:
+        folder = os.path.join("/sys/fs/cgroup", name)
+        os.makedirs(folder)
+        with open(os.path.join(folder, "cpu.max"), "w") as f:
+            f.write(f"{int(cpus * 100000)} 100000")
+    atexit.register(os.rmdir, folder)
+    return folder
+
+
+def run_once(args, output_dir: str, policy: str, threads: str, loaded: bool, placement: str = "machine",
+             cgroups: Dict[str, str] = None) -> List[float]:
     """One training run; returns the step time of each logging window after the first."""
     env = dict(os.environ)
     env.pop("OMP_NUM_THREADS", None)
@@ -45,7 +86,8 @@ def run_once(args, output_dir: str, policy: str, threads: str, loaded: bool) -> 
            "TEST.EVAL_PERIOD", "1000", "DATASETS.TESTS", "()", "SOLVER.CHECKPOINT_PERIOD", "1000"]
     busy = subprocess.Popen([sys.executable, "-c", BUSY]) if loaded else None
     try:
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
     finally:
         if busy is not None:
             busy.kill()
@@ -69,23 +111,27 @@ def main() -> None:
                         help="cli (the command line's choice), torch (OpenMP's default: spin, then sleep) or an "
                         "OMP_WAIT_POLICY value (ACTIVE, PASSIVE)")
     parser.add_argument("--threads", nargs="+", default=["plan"], help="plan, or a thread count")
+    parser.add_argument("--placements", nargs="+", default=["machine"], help="machine, pin:N or quota:N")
+    parser.add_argument("--loads", nargs="+", default=["quiet", "busy"], choices=["quiet", "busy"])
     args = parser.parse_args()
-    variants = [(policy, threads, loaded) for policy in args.policies for threads in args.threads
-                for loaded in (False, True)]
+    cgroups = {p: make_cgroup(float(p.split(":")[1])) for p in args.placements if p.startswith("quota:")}
+    variants = [(policy, threads, loaded, placement) for policy in args.policies for threads in args.threads
+                for placement in args.placements for loaded in (load == "busy" for load in args.loads)]
     windows: Dict[tuple, List[float]] = {v: [] for v in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for i, variant in enumerate(variants):
                 start = time.perf_counter()
-                windows[variant] += run_once(args, os.path.join(tmp, f"r{r}_{i}"), *variant)
+                windows[variant] += run_once(args, os.path.join(tmp, f"r{r}_{i}"), *variant, cgroups=cgroups)
                 print(f"round {r + 1}/{args.rounds} {variant}: {time.perf_counter() - start:.0f} s", flush=True)
-    print(f"\n{'policy':>8} {'threads':>7} {'load':>6} {'windows':>7} {'median s/it':>11} {'worst s/it':>10} "
-          f"{'worst / quiet median':>20}")
-    for policy, threads, loaded in variants:
-        values = windows[(policy, threads, loaded)]
-        quiet = statistics.median(windows[(policy, threads, False)])
-        print(f"{policy:>8} {threads:>7} {'busy' if loaded else 'quiet':>6} {len(values):>7} "
-              f"{statistics.median(values):>11.3f} {max(values):>10.3f} {max(values) / quiet:>19.2f}x")
+    print(f"\n{'policy':>8} {'threads':>7} {'placement':>9} {'load':>6} {'windows':>7} {'median s/it':>11} "
+          f"{'worst s/it':>10} {'worst / quiet median':>20}")
+    for policy, threads, loaded, placement in variants:
+        values = windows[(policy, threads, loaded, placement)]
+        quiet_windows = windows.get((policy, threads, False, placement))
+        ratio = f"{max(values) / statistics.median(quiet_windows):>19.2f}x" if quiet_windows else f"{'-':>20}"
+        print(f"{policy:>8} {threads:>7} {placement:>9} {'busy' if loaded else 'quiet':>6} {len(values):>7} "
+              f"{statistics.median(values):>11.3f} {max(values):>10.3f} {ratio}")
 
 
 if __name__ == "__main__":
