@@ -22,13 +22,14 @@ import os
 import shlex
 import sys
 import time
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from ..config import CfgNode, ConfigError
 from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
+from ..engine.mlflow_tracking import log_run_summary
 from ..engine.preemption import TrainingPreempted
 from ..inference import OnnxRuntimeModel, contract_config, inference_config, resolve_backend
 from ..utils import comm
@@ -91,26 +92,32 @@ def _eval_only(cfg: CfgNode):
     return results
 
 
-def train_worker(args: argparse.Namespace, cfg: Optional[CfgNode] = None):
+def train_worker(args: argparse.Namespace, cfg: Optional[CfgNode] = None,
+                 trainer_class: Callable[[CfgNode], DefaultTrainer] = DefaultTrainer, resume_with: str = ""):
     """One worker's job: setup, then evaluate or train.
 
     Args:
         args: namespace from `build_parser()`.
         cfg: the config the launching process built and checked; a spawned worker receives it
             pickled and builds nothing. None (a direct call) builds and checks it here.
+        trainer_class: builds the trainer from the config (a DefaultTrainer subclass with more hooks,
+            e.g. reid-tune's); evaluation (--eval-only) always uses DefaultTrainer.
+        resume_with: how a stopped (preempted) run continues, for its message; "" = the --resume command.
     Returns:
         the evaluation results (main process) or None.
     """
     cfg = setup(args, cfg)
     if args.eval_only:
         return _eval_only(cfg)
-    trainer = DefaultTrainer(cfg)
+    trainer = trainer_class(cfg)
     trainer.resume_or_load(resume=_resume_wanted(args))
     started = time.time()
     try:
         results = trainer.train()  # raises for a failed run: a summary only ends a completed one
     except TrainingPreempted as e:
-        if launched_by_torchelastic():  # the workers cannot restart the agent: its command is the one to repeat
+        if resume_with:
+            command = resume_with
+        elif launched_by_torchelastic():  # the workers cannot restart the agent: its command is the one to repeat
             command = "the same torchrun command (it resumes from last_checkpoint by itself)"
         else:
             command = resume_command(_program(), args.config_file, args.opts or [], _launch_flags(args))
@@ -123,6 +130,7 @@ def train_worker(args: argparse.Namespace, cfg: Optional[CfgNode] = None):
                                      program=_program(), launch_flags=_launch_flags(args),
                                      since=started - 1.0)  # file times can lag the clock a little
         logging.getLogger(__name__).info(summary)
+        log_run_summary(trainer.cfg, summary)  # MLFLOW.ENABLED: summary.txt and the final log.txt
     return results
 
 

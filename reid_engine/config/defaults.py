@@ -387,6 +387,23 @@ _C.PSEUDO.CAMERA_PROXY.HARD_NEGATIVES = 50
 _C.PSEUDO.CAMERA_PROXY.WEIGHT = 0.5
 
 # ---------------------------------------------------------------------------- #
+# (ours) MLflow tracking (optional: pip install 'reid_engine[mlflow]'; README "MLflow tracking")
+# ---------------------------------------------------------------------------- #
+_C.MLFLOW = CN()
+# Log the config (params), the metrics (step = iteration), the run's files and its end status to
+# MLflow, on the main process, beside metrics.json and tensorboard.
+_C.MLFLOW.ENABLED = False
+# Tracking store; "" = the MLFLOW_TRACKING_URI environment variable if set, else the SQLite store
+# OUTPUT_DIR/mlruns/mlflow.db (artifacts in OUTPUT_DIR/mlruns/mlartifacts).
+_C.MLFLOW.TRACKING_URI = ""
+# Experiment of the run (created when missing).
+_C.MLFLOW.EXPERIMENT = "reid_engine"
+# Run name; "" = the name of OUTPUT_DIR's folder.
+_C.MLFLOW.RUN_NAME = ""
+# Id of a parent run (reid-tune sets it: a study's trials are nested runs of one parent run).
+_C.MLFLOW.PARENT_RUN_ID = ""
+
+# ---------------------------------------------------------------------------- #
 # Misc
 # ---------------------------------------------------------------------------- #
 # (ours) >= 0 makes runs repeatable; each worker gets SEED + rank.

@@ -19,6 +19,7 @@ from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
 from ..utils.checkpoint import CheckpointScheduleError
 from ..utils.file_io import check_writable_dir
+from .mlflow_tracking import check_mlflow_config
 
 __all__ = ["check_config_values"]
 
@@ -31,13 +32,14 @@ def check_config_values(cfg: CfgNode) -> None:
     what the architecture builds (backbone name, depth and norm, head name, pooling,
     classifier, norm and neck feature, MODEL.LOSSES.NAME), SOLVER.OPT,
     SOLVER.CLIP_GRADIENTS.CLIP_TYPE, SOLVER.SCHED, SOLVER.WARMUP_METHOD, TEST.METRIC and
-    SOLVER.CHECKPOINT_MAX_TO_KEEP, PSEUDO.*; INPUT.* through the transform builder; and that OUTPUT_DIR
+    SOLVER.CHECKPOINT_MAX_TO_KEEP, PSEUDO.*, MLFLOW.*; INPUT.* through the transform builder; and that OUTPUT_DIR
     can be created and written (nothing is created here).
 
     Args:
         cfg: the full config.
     Raises:
         UnknownChoiceError / ConfigError: the first wrong value, as one line.
+        MissingPackageError: MLFLOW.ENABLED without mlflow installed.
         FileWriteError: OUTPUT_DIR has a file in the way or is not writable.
     """
     check_data_config(cfg)
@@ -50,6 +52,7 @@ def check_config_values(cfg: CfgNode) -> None:
     check_label_free_architecture(cfg)
     check_pseudo_loader_config(cfg)
     _check_checkpoint_config(cfg)
+    check_mlflow_config(cfg)
     if cfg.OUTPUT_DIR:
         check_writable_dir(cfg.OUTPUT_DIR, "OUTPUT_DIR")
 

@@ -34,6 +34,7 @@ from . import hooks, scaling
 from .compile_guard import CompileGuard
 from .ddp import create_ddp_model, model_device
 from .hooks.pseudo_labels import PseudoLabeler
+from .mlflow_tracking import MLflowWriter
 from .rank_vis import write_rank_vis
 from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
@@ -267,8 +268,12 @@ class DefaultTrainer(TrainerBase):
         return ret
 
     def build_writers(self) -> list:
-        """The event writers (console, metrics.json, tensorboard)."""
-        return default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
+        """The event writers (console, metrics.json, tensorboard; MLflow with MLFLOW.ENABLED, main process)."""
+        writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
+        if self.cfg.MLFLOW.ENABLED and comm.is_main_process():
+            trainer = weakref.proxy(self)  # the writer asks at its first write whether this run resumed
+            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0))
+        return writers
 
     # ------------------------------------------------------------------ builders
     @classmethod

@@ -14,10 +14,26 @@ from ..utils.events import EventStorage
 from . import loader_faults, preemption
 from .preemption import TrainingPreempted
 
-__all__ = ["HookBase", "TrainerBase"]
+__all__ = ["HookBase", "TrainerBase", "TrainingStopped"]
 
 # The name these lines have had in log.txt since the loop lived in train_loop.py.
 logger = logging.getLogger("reid_engine.engine.train_loop")
+
+
+class TrainingStopped(ReidUserError):
+    """Training ended early on purpose, not by a failure: a hook raises a subclass of it
+    (e.g. a hyperparameter search that prunes the run), with the reason as its message.
+
+    The trainer logs it as one INFO line, "Training stopped at iteration N: <reason>",
+    without a traceback, runs ``after_train`` and re-raises it to its caller.
+    """
+
+    def __init__(self, reason: str, iteration: int = -1):
+        super().__init__(reason)
+        self.iteration = iteration
+
+    def __reduce__(self):  # keep the fields when the exception crosses a process boundary
+        return type(self), (str(self), self.iteration)
 
 
 class HookBase:
@@ -102,7 +118,8 @@ class TrainerBase:
             ReidUserError: raised inside (a hook, a re-clustering, a loader), logged as one
                 line without its traceback (any other exception is logged with it);
                 DataLoaderWorkerDied for a dead loader worker; TrainingPreempted for a stop
-                signal, also one that reached the loader workers (a process group's).
+                signal, also one that reached the loader workers (a process group's);
+                TrainingStopped for a hook's intended early stop (logged at INFO).
         """
         start_iter, max_iter = int(start_iter), int(max_iter)
         if start_iter >= max_iter:
@@ -172,6 +189,8 @@ class TrainerBase:
             if not error.checkpoint:  # a saved stop is logged by the hook that saved it
                 logger.warning(f"{preemption.signal_name(error.signum)} stopped the data-loader workers too, and "
                                f"iteration {self.iter} cannot finish without them: stopping without a new checkpoint")
+        elif isinstance(error, TrainingStopped):  # an intended stop: no error
+            logger.info(f"Training stopped at iteration {self.iter}: {error}")
         else:
             logger.error(f"Training stopped at iteration {self.iter}: {error}")
 
