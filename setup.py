@@ -40,6 +40,9 @@ setup(
         "test": ["pytest>=7", "pytest-timeout>=2"],
         "vis": ["matplotlib>=3.5"],
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
+        "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
+        # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
+        "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],
     },
     entry_points={
         "console_scripts": [
@@ -50,6 +53,7 @@ setup(
             "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
             "reid-benchmark=reid_engine.cli.benchmark:main",
             "reid-data=reid_engine.cli.data:main",
+            "reid-tune=reid_engine.cli.tune:main",
         ]
     },
 )

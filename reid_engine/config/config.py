@@ -16,7 +16,7 @@ from .on_off_keys import ON_OFF_KEYS
 
 BASE_KEY = "_BASE_"
 
-__all__ = ["CfgNode", "ConfigError", "load_yaml_with_bases"]
+__all__ = ["CfgNode", "ConfigError", "did_you_mean", "load_yaml_with_bases"]
 
 
 class ConfigError(ReidUserError, KeyError, ValueError):
@@ -47,6 +47,16 @@ def _suggest(key: str, candidates: List[str]) -> str:
         leaves = {c.rsplit(".", 1)[-1]: c for c in candidates}
         close = [leaves[m] for m in difflib.get_close_matches(leaf, list(leaves), n=3, cutoff=0.7)]
     return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def did_you_mean(name: str, candidates: List[str]) -> str:
+    """The ' Did you mean: A, B?' suffix of an error line for a misspelt name, or ''.
+
+    Args:
+        name: the name the user wrote (a dotted config key or a plain word).
+        candidates: the names that exist.
+    """
+    return _suggest(name, list(candidates))
 
 
 def _type_name(value) -> str:

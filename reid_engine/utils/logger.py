@@ -14,7 +14,8 @@ from termcolor import colored
 
 from .file_io import FileWriteError, RecordFile, write_failure
 
-__all__ = ["HIGHLIGHT", "setup_logger", "check_log_writes", "log_first_n", "log_every_n", "log_every_n_seconds"]
+__all__ = ["HIGHLIGHT", "setup_logger", "close_log_file", "check_log_writes", "log_first_n", "log_every_n",
+           "log_every_n_seconds"]
 
 _PLAIN_FORMAT = "[%(asctime)s] %(name)s %(levelname)s: %(message)s"
 _DATE_FORMAT = "%m/%d %H:%M:%S"
@@ -268,6 +269,21 @@ def setup_logger(
         file_handler.setFormatter(plain_formatter)
     _replace_handler(logger, "file", file_handler)
     return logger
+
+
+def close_log_file(output: str, distributed_rank: int = 0) -> None:
+    """Close the log file of ``setup_logger(output, distributed_rank)`` when no configured logger
+    writes to it any more (after :func:`setup_logger` pointed them elsewhere): a process that runs
+    several runs one after the other (reid-tune's trials) then keeps no file open per run.
+    """
+    filename = os.path.abspath(_log_file_path(output, distributed_rank))
+    stream = _LOG_FILES.get(filename)
+    if stream is None:
+        return
+    for name in _CONFIGURED:
+        if any(getattr(h, "stream", None) is stream for h in logging.getLogger(name).handlers):
+            return
+    _LOG_FILES.pop(filename).close()
 
 
 # ---- rate-limited logging ------------------------------------------------------------

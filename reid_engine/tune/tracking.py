@@ -1,0 +1,79 @@
+"""A study in MLflow (MLFLOW.ENABLED in the base config): one parent run, its trials nested runs of it.
+
+The first worker of a study opens the parent run and keeps its id in the study (user attr
+``mlflow_parent_run_id``), so every worker, on any machine, nests its trials under the same run.
+All runs of a study go to one store: MLFLOW.TRACKING_URI, else MLFLOW_TRACKING_URI, else the
+SQLite store in the study folder (``<study folder>/mlruns``), not one store per trial folder. A
+trial's run is named after its folder (``trial_0003``), so a continued trial continues its run.
+"""
+import logging
+import os
+from typing import Any, List, Sequence
+
+from ..config import CfgNode
+from ..engine.mlflow_tracking import end_run, resolve_tracking_uri, start_parent_run
+
+__all__ = ["PARENT_RUN_ATTR", "study_tracking_opts", "end_study_run"]
+
+logger = logging.getLogger(__name__)
+
+#: the study user attr that holds the parent run's id
+PARENT_RUN_ATTR = "mlflow_parent_run_id"
+
+
+def _study_uri(cfg: CfgNode, study_dir: str) -> str:
+    """The store of the study: the base config's, with the default store in the study folder."""
+    where = cfg.clone()
+    where.defrost()
+    where.OUTPUT_DIR = study_dir
+    return resolve_tracking_uri(where)
+
+
+def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) -> List[str]:
+    """The KEY VALUE overrides that make each trial a nested run of the study's parent run.
+
+    Opens the parent run (params: the search space, the objective and the trial count) when the
+    study has none yet. Returns [] without MLFLOW.ENABLED.
+
+    Raises:
+        MlflowTrackingError: the store cannot be reached (one line, before any trial).
+    """
+    if not cfg.MLFLOW.ENABLED:
+        return []
+    uri = _study_uri(cfg, study_dir)
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    if not parent:
+        params = {"objective": f"{space.objective.direction} {space.objective.metric}",
+                  "n_trials": study.user_attrs.get("n_trials", ""), "search_space": space.source,
+                  **{spec.key: _describe(spec) for spec in space.params}}
+        created = start_parent_run(uri, cfg.MLFLOW.EXPERIMENT, study.study_name, params,
+                                   tags={"reid_engine.study": study.study_name})
+        study.set_user_attr(PARENT_RUN_ATTR, created)
+        parent = study.user_attrs.get(PARENT_RUN_ATTR, created)  # another worker may have set it at the same time
+        if parent != created:
+            end_run(uri, created, "KILLED")  # the other worker's run is the study's
+    logger.info("MLflow: the trials are nested runs of run %s in %s", parent, uri.split("@")[-1])
+    return ["MLFLOW.TRACKING_URI", uri, "MLFLOW.PARENT_RUN_ID", parent]
+
+
+def _describe(spec: Any) -> str:
+    """A search-space entry as one param value."""
+    if spec.kind == "categorical":
+        return f"categorical {list(spec.choices)}"
+    extras = (" log" if spec.log else "") + (f" step {spec.step}" if spec.step is not None else "")
+    return f"{spec.kind} [{spec.low}, {spec.high}]{extras}"
+
+
+def end_study_run(study: Any, cfg: CfgNode, study_dir: str, artifacts: Sequence[str]) -> None:
+    """Attach the study's summary files to its parent run and mark it FINISHED (all trials done).
+
+    A failure is one warning: the trials and their runs are recorded already.
+    """
+    parent = study.user_attrs.get(PARENT_RUN_ATTR) if cfg.MLFLOW.ENABLED else None
+    if not parent:
+        return
+    uri = _study_uri(cfg, study_dir)
+    try:
+        end_run(uri, parent, "FINISHED", artifacts=[os.path.join(study_dir, a) for a in artifacts])
+    except Exception as e:  # noqa: BLE001 - tracking must not fail a finished study
+        logger.warning("MLflow: could not finish the study's run %s (%s)", parent, " ".join(str(e).split())[:200])

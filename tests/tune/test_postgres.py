@@ -1,0 +1,160 @@
+"""reid-tune workers sharing a study on a real PostgreSQL server (tests/tune/_postgres.py starts one).
+
+Fake trials (tests/tune/_fake_worker.py) check the claims under PostgreSQL's row locks: every slot
+runs once, a SIGKILLed worker's trial is continued after its grace period. Then two real `reid-tune`
+workers train a tiny 3-trial study, one of them killed mid-trial.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+optuna = pytest.importorskip("optuna")
+pytestmark = pytest.mark.slow  # a server and worker processes: seconds each
+
+from optuna.trial import TrialState  # noqa: E402
+
+from reid_engine.tune.space import overrides_list  # noqa: E402
+from reid_engine.tune.study import finished_trials, open_storage, open_study, study_progress  # noqa: E402
+from tests.conftest import REPO_ROOT  # noqa: E402
+from tests.tune._fake_worker import BASE_PARAMS, SPACE  # noqa: E402
+from tests.tune._postgres import postgres_server, postgres_url  # noqa: E402,F401
+from tests.tune.test_study import finish_worker, records, run_in_process, start_worker, wait_for_file  # noqa: E402
+
+
+def test_two_workers_on_postgres_run_every_slot_once(postgres_url, tmp_path):  # noqa: F811
+    workers = [start_worker(postgres_url, tmp_path, "--n-trials", 8, "--sleep-s", 0.2, "--barrier",
+                            tmp_path / "barrier", "--workers", 2) for _ in range(2)]
+    results = [finish_worker(w) for w in workers]
+    assert [code for code, _, _ in results] == [0, 0], [err[-2000:] for _, _, err in results]
+
+    ran = records(tmp_path)
+    assert sorted(r["number"] for r in ran) == list(range(8))
+    assert {r["pid"] for r in ran} == {w.pid for w in workers}
+    finals = [final for _, final, _ in results]
+    assert finals[0]["best"] == finals[1]["best"] and finals[0]["best_value"] == finals[1]["best_value"]
+    study = optuna.load_study(study_name="fake", storage=postgres_url)
+    assert len(study.trials) == 8 and all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert study.best_trial.number == finals[0]["best"]
+
+
+def test_a_killed_workers_trial_is_continued_on_postgres(postgres_url, tmp_path):  # noqa: F811
+    marker = tmp_path / "claimed.json"
+    doomed = start_worker(postgres_url, tmp_path, "--n-trials", 3, "--heartbeat-s", 1, "--hang-on-slot", 1,
+                          "--marker", marker)
+    try:
+        wait_for_file(marker, doomed)
+    finally:
+        doomed.kill()
+        doomed.communicate()
+    hung = json.loads(marker.read_text())
+
+    study = open_study(open_storage(postgres_url, heartbeat_s=1), "fake", SPACE, 3, 0, BASE_PARAMS, "median")
+    run_in_process(study, tmp_path)
+
+    trials = study.get_trials()
+    interrupted = trials[hung["number"]]
+    assert len(finished_trials(trials)) == 3 and interrupted.state == TrialState.FAIL
+    assert (interrupted.datetime_complete - interrupted.datetime_start).total_seconds() >= 3.0  # the grace period
+    (continuation,) = [t for t in trials if t.user_attrs.get("resumes_trial") == hung["number"]]
+    assert continuation.state == TrialState.COMPLETE
+    assert continuation.params == hung["params"] == BASE_PARAMS  # slot 1: the base config's params
+    assert continuation.user_attrs["output_dir"] == hung["output_dir"]
+    assert study_progress(study).startswith("3 of 3 trials finished (3 complete), 0 running")
+
+
+# --------------------------------------------------------------------------- real reid-tune workers
+
+CFG = os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml")
+E2E_SPACE = """
+objective: {metric: SyntheticReIDTiny/mAP, direction: maximize}
+pruner: none
+params:
+  SOLVER.BASE_LR: {type: float, low: 1.0e-4, high: 1.0e-3, log: true}
+"""
+
+
+def _tune_worker(args, log_path):
+    """`python tools/tune_net.py args` in the background, its output (stdout and stderr) into `log_path`."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT)
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, os.path.join(REPO_ROOT, "tools", "tune_net.py"), *args], cwd=REPO_ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    log.close()  # the child has its own copy
+    return proc
+
+
+def _wait(predicate, procs, timeout, what):
+    deadline = time.time() + timeout
+    while not predicate():
+        for proc in procs:
+            assert proc.poll() is None, f"a worker ended (status {proc.returncode}) before {what}"
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_two_reid_tune_workers_one_killed_mid_trial(postgres_url, data_root, tmp_path):  # noqa: F811
+    """Two `reid-tune` workers on one PostgreSQL study of 3 tiny trials; the one running trial #0 is SIGKILLed
+    after the trial's first checkpoint: the other worker runs the rest, waits out trial #0's grace period
+    (3 x --heartbeat 2 s), and continues it from that checkpoint. Every slot ends COMPLETE, exactly 3."""
+    space_file = tmp_path / "lr.yml"
+    space_file.write_text(E2E_SPACE)
+    out = tmp_path / "out"
+    # quarter-width R18 at 32x16: 4 epochs of 9 iterations, a checkpoint after each, evaluations after epochs 2 and 4
+    args = ["--config-file", CFG, "--search-space", str(space_file), "--n-trials", "3", "--storage", postgres_url,
+            "--study-name", "e2e", "--heartbeat", "2",
+            "DATASETS.ROOT", data_root, "OUTPUT_DIR", str(out), "MODEL.BACKBONE.WIDTH_MULT", "0.25",
+            "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]", "SOLVER.MAX_EPOCH", "4",
+            "TEST.EVAL_PERIOD", "2", "SOLVER.CHECKPOINT_PERIOD", "1"]
+    logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
+    workers = [_tune_worker(args, log) for log in logs]
+    trial0 = out / "e2e" / "trials" / "trial_0000"
+    try:
+        def owner_of_trial0():
+            return [i for i, log in enumerate(logs) if "Trial #0 (slot 1 of 3) started" in log.read_text()]
+
+        _wait(lambda: owner_of_trial0() and (trial0 / "last_checkpoint").exists(), workers, 600,
+              "trial #0's first checkpoint")
+        (doomed,) = owner_of_trial0()
+        workers[doomed].kill()  # SIGKILL: its trial stays RUNNING until its heartbeat goes stale
+        assert workers[doomed].wait(timeout=60) == -signal.SIGKILL
+        survivor = workers[1 - doomed]
+        assert survivor.wait(timeout=600) == 0, logs[1 - doomed].read_text()[-4000:]
+    finally:
+        for proc in workers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    study = optuna.load_study(study_name="e2e", storage=postgres_url)
+    trials = study.get_trials()
+    finished = finished_trials(trials)
+    assert len(finished) == 3 and all(t.state == TrialState.COMPLETE for t in finished)
+    first = trials[0]
+    assert first.state == TrialState.FAIL  # the killed attempt
+    (continuation,) = [t for t in trials if t.user_attrs.get("resumes_trial") == 0]
+    assert continuation.params == first.params and continuation.user_attrs["output_dir"] == str(trial0)
+    assert continuation.user_attrs["iterations"] == 36  # 4 epochs of 9, each counted once
+    trial_log = (trial0 / "log.txt").read_text()
+    assert "Resuming from" in trial_log and "Starting training from iteration 0" in trial_log
+    resumed_at = [line for line in trial_log.splitlines() if "Starting training from iteration" in line][-1]
+    assert not resumed_at.endswith("iteration 0"), resumed_at  # the continuation started after the checkpoint
+    survivor_log = logs[1 - doomed].read_text()
+    assert "Trial #0 (slot 1) was interrupted" in survivor_log and "continuing #0" in survivor_log
+
+    # The continued trial ends with the weights of the same trial trained without interruption (reid-train,
+    # the trial's values and seed, one thread like the workers): resume after a kill -9 is exact too.
+    reference = tmp_path / "reference"
+    opts = args[args.index("DATASETS.ROOT"):] + overrides_list(first.params) + [
+        "SEED", str(first.user_attrs["seed"]), "OUTPUT_DIR", str(reference)]
+    subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "train_net.py"), "--config-file", CFG, *opts],
+                   cwd=REPO_ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    got = torch.load(trial0 / "model_final.pth", map_location="cpu", weights_only=True)["model"]
+    want = torch.load(reference / "model_final.pth", map_location="cpu", weights_only=True)["model"]
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
