@@ -155,6 +155,7 @@ def test_tracking_uri_defaults_to_the_environment_then_a_sqlite_store_in_output_
 
 
 # ---------------------------------------------------------------------------- writer
+@pytest.mark.slow
 @needs_mlflow
 def test_preempted_run_ends_killed_and_resume_continues_the_same_run(store_uri, tmp_path):
     cfg = _writer_cfg(tmp_path, store_uri, "resume")
