@@ -32,11 +32,12 @@ from ..engine.config_checks import check_config_values
 from ..engine.launch import launched_by_torchelastic
 from ..tune.results import BEST_CONFIG_FILE, PLOT_FILES, SUMMARY_FILE, write_summary
 from ..tune.space import base_params, check_search_space, load_search_space
-from ..tune.study import default_storage_url, mask_password, open_storage, open_study, require_optuna, work_on_study
+from ..tune.study import default_storage_url, open_storage, open_study, require_optuna, work_on_study
 from ..tune.tracking import end_study_run, study_tracking_opts
 from ..tune.trial_run import TrialBase, run_trial
 from ..utils.errors import ReidUserError, UsageError
 from ..utils.logger import setup_logger
+from ..utils.urls import mask_password
 from . import train
 from .base import build_config, command_parser, launch_options, positive_int
 from .boundary import run_command

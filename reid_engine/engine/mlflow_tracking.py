@@ -29,6 +29,7 @@ from ..config import CfgNode, ConfigError
 from ..utils.errors import MissingPackageError, ReidUserError
 from ..utils.events import EventWriter, _collect_new_scalars, get_event_storage
 from ..utils.file_io import atomic_write_text
+from ..utils.urls import mask_password, sqlite_file
 from . import preemption
 from .rank_vis import RANK_VIS_FILE
 from .trainer_base import TrainingStopped
@@ -107,18 +108,10 @@ def resolve_tracking_uri(cfg: CfgNode) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), DEFAULT_STORE_DIR, _DEFAULT_DB_FILE)
 
 
-def _sqlite_path(uri: str) -> Optional[str]:
-    """The database file of a local SQLite URI (absolute), else None."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
-    return os.path.abspath(path) if path and path != ":memory:" else None
-
-
 def _artifact_location(uri: str) -> Optional[str]:
     """Where a new experiment of a local SQLite store keeps its artifacts: beside the database
     (MLflow's default is relative to the working directory). None: the store decides."""
-    db = _sqlite_path(uri)
+    db = sqlite_file(uri)
     if db is None:
         return None
     from pathlib import Path
@@ -126,19 +119,12 @@ def _artifact_location(uri: str) -> Optional[str]:
     return Path(os.path.dirname(db), _ARTIFACT_DIR).as_uri()
 
 
-_URI_PASSWORD = re.compile(r"(//[^/@:\s]*):[^/@\s]*@")
-
-
-def _shown_uri(text: str) -> str:
-    """`text` (a URI, an error message) without the password of any ``scheme://user:password@host``:
-    it goes into logs."""
-    return _URI_PASSWORD.sub(r"\1:***@", text)
 
 
 def _one_line(error: BaseException, limit: int = 300) -> str:
     """``Type: first line of the message`` (passwords of URIs masked), at most `limit` characters."""
     lines = str(error).strip().splitlines()
-    text = _shown_uri(f"{type(error).__name__}: {lines[0] if lines else ''}")
+    text = mask_password(f"{type(error).__name__}: {lines[0] if lines else ''}")
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -197,7 +183,7 @@ def _client(uri: str):
     """An MlflowClient of `uri` (a local SQLite store's folder is created)."""
     from mlflow.tracking import MlflowClient
 
-    db = _sqlite_path(uri)
+    db = sqlite_file(uri)
     if db is not None:
         os.makedirs(os.path.dirname(db), exist_ok=True)
     return MlflowClient(tracking_uri=uri)
@@ -218,7 +204,7 @@ def _experiment_id(client, name: str, uri: str) -> str:
             if experiment is None:
                 raise
     if experiment.lifecycle_stage == "deleted":
-        raise MlflowTrackingError(f"the MLflow experiment '{name}' at {_shown_uri(uri)} is deleted "
+        raise MlflowTrackingError(f"the MLflow experiment '{name}' at {mask_password(uri)} is deleted "
                                   "(MLFLOW.EXPERIMENT): restore it (mlflow experiments restore) or name another one")
     return experiment.experiment_id
 
@@ -230,7 +216,7 @@ def _create_run(client, uri: str, experiment: str, run_name: str, tags: Mapping[
 
 
 def _tracking_failure(uri: str, error: Exception) -> MlflowTrackingError:
-    return MlflowTrackingError(f"MLflow tracking at {_shown_uri(uri)} failed ({_one_line(error)}): check "
+    return MlflowTrackingError(f"MLflow tracking at {mask_password(uri)} failed ({_one_line(error)}): check "
                                "MLFLOW.TRACKING_URI (or MLFLOW_TRACKING_URI) and that its server is up")
 
 
@@ -367,7 +353,7 @@ class MLflowWriter(EventWriter):
             yield
         except Exception as e:
             self._disabled = True
-            logger.warning(f"MLflow tracking at {_shown_uri(self._uri)} failed while {doing} ({_one_line(e)}); "
+            logger.warning(f"MLflow tracking at {mask_password(self._uri)} failed while {doing} ({_one_line(e)}); "
                            "the training goes on without it (metrics.json has every metric)")
 
     def _save_record(self, status: str = "RUNNING") -> None:
@@ -395,7 +381,7 @@ class MLflowWriter(EventWriter):
             shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
             logger.info(f"MLflow run {self._run_id}: the config changed since the run started ({shown}); its params "
                         "keep their first values (config.yaml, logged at the end, has the new ones)")
-        logger.info(f"MLflow: continuing run {self._run_id} at {_shown_uri(self._uri)} after step {self._last_write}")
+        logger.info(f"MLflow: continuing run {self._run_id} at {mask_password(self._uri)} after step {self._last_write}")
         return True
 
     def _start(self) -> None:
@@ -417,7 +403,7 @@ class MLflowWriter(EventWriter):
         self._save_record()
         _log_params(self._client, self._run_id, flatten_params(self._cfg))
         logger.info(f"MLflow: tracking run {self._run_id} ('{run_name}', experiment '{mlflow_cfg.EXPERIMENT}') "
-                    f"at {_shown_uri(self._uri)}")
+                    f"at {mask_password(self._uri)}")
 
     def write(self) -> None:
         """Log the scalars new since the last write (step = their iteration); opens the run the first time."""
@@ -486,4 +472,4 @@ def log_run_summary(cfg: CfgNode, summary: str) -> None:
         if os.path.isfile(log_file):
             client.log_artifact(record["run_id"], log_file)
     except Exception as e:
-        logger.warning(f"MLflow tracking at {_shown_uri(uri)} failed while logging the run summary ({_one_line(e)})")
+        logger.warning(f"MLflow tracking at {mask_password(uri)} failed while logging the run summary ({_one_line(e)})")

@@ -34,7 +34,6 @@ import logging
 import math
 import os
 import random
-import re
 import statistics
 import threading
 import time
@@ -42,6 +41,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ..utils.errors import MissingPackageError, ReidUserError, UsageError
+from ..utils.urls import mask_password, sqlite_file
 
 if TYPE_CHECKING:  # only for the annotations: Optuna is imported on first use
     import optuna
@@ -59,6 +59,7 @@ __all__ = [
     "open_storage",
     "open_study",
     "require_optuna",
+    "storage_url",
     "study_progress",
     "trial_seed",
     "work_on_study",
@@ -112,17 +113,10 @@ def default_storage_url(study_dir: str) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(study_dir), "study.db")
 
 
-def mask_password(url: str) -> str:
-    """`url` with the password of its ``user:password@`` part replaced by ``***`` (for messages and logs)."""
-    return re.sub(r"(://[^:/@?#]*:)[^@/?#]*@", r"\1***@", url)
-
-
-def _sqlite_file(url: str) -> Optional[str]:
-    """The database file of a SQLite URL (None: another database, or SQLite in memory)."""
-    match = re.match(r"^sqlite(\+\w+)?:///(?P<path>[^?]*)", url)
-    if not match or match.group("path") in ("", ":memory:"):
-        return None
-    return os.path.abspath(match.group("path"))
+def storage_url(study: "optuna.Study") -> str:
+    """The database URL of `study`'s storage ("" when it has none, e.g. in memory)."""
+    storage = study._storage  # Optuna wraps an RDBStorage in a cache; no public API names the URL
+    return str(getattr(getattr(storage, "_backend", storage), "url", "") or "")
 
 
 def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBStorage":
@@ -151,9 +145,9 @@ def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBSto
     shown = mask_password(url)
     interval = max(1, int(round(heartbeat_s)))
     engine_kwargs: Dict[str, Any] = {}
-    sqlite_file = _sqlite_file(url)
-    if sqlite_file is not None:
-        os.makedirs(os.path.dirname(sqlite_file), exist_ok=True)
+    database_file = sqlite_file(url)
+    if database_file is not None:
+        os.makedirs(os.path.dirname(database_file), exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
     kwargs: Dict[str, Any] = dict(engine_kwargs=engine_kwargs, heartbeat_interval=interval,
                                   grace_period=GRACE_PERIOD_FACTOR * interval)
@@ -225,16 +219,15 @@ def _state_lock(study: "optuna.Study") -> Iterator[None]:
     failing a stale trial) therefore holds an exclusive lock on ``<db file>.lock`` (one machine:
     SQLite's own locking needs a local disk too). Elsewhere this does nothing.
     """
-    backend = getattr(study._storage, "_backend", study._storage)  # Optuna wraps an RDBStorage in a cache
-    sqlite_file = _sqlite_file(str(getattr(backend, "url", "")))
+    database_file = sqlite_file(storage_url(study))
     try:
         import fcntl
     except ImportError:  # Windows: no flock; a parallel search there should use a database server
         fcntl = None
-    if sqlite_file is None or fcntl is None or getattr(_held, "depth", 0):  # held already: flock is per file handle
+    if database_file is None or fcntl is None or getattr(_held, "depth", 0):  # held already: flock is per file handle
         yield
         return
-    with open(sqlite_file + ".lock", "a") as lock_file:
+    with open(database_file + ".lock", "a") as lock_file:
         fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
         _held.depth = 1
         try:

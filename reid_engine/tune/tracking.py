@@ -12,6 +12,7 @@ from typing import Any, List, Sequence
 
 from ..config import CfgNode
 from ..engine.mlflow_tracking import end_run, resolve_tracking_uri, start_parent_run
+from ..utils.urls import mask_password
 
 __all__ = ["PARENT_RUN_ATTR", "study_tracking_opts", "end_study_run"]
 
@@ -52,7 +53,7 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
         parent = study.user_attrs.get(PARENT_RUN_ATTR, created)  # another worker may have set it at the same time
         if parent != created:
             end_run(uri, created, "KILLED")  # the other worker's run is the study's
-    logger.info("MLflow: the trials are nested runs of run %s in %s", parent, uri.split("@")[-1])
+    logger.info("MLflow: the trials are nested runs of run %s in %s", parent, mask_password(uri))
     return ["MLFLOW.TRACKING_URI", uri, "MLFLOW.PARENT_RUN_ID", parent]
 
 

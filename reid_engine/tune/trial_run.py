@@ -51,7 +51,7 @@ from ..utils.file_io import atomic_write_text
 from ..utils.logger import close_log_file, setup_logger
 from .reporting import TrainingPruned, TrialReporter
 from .space import SearchSpace, overrides_list, suggest_overrides
-from .study import TrialOutcome, open_storage, require_optuna
+from .study import TrialOutcome, open_storage, require_optuna, storage_url
 
 __all__ = ["TRIAL_RECORD", "TrialBase", "TrialRef", "TrialTrainer", "run_trial", "trial_output_dir", "read_record"]
 
@@ -209,14 +209,6 @@ def _derived_seed(number: int) -> int:
     return int(np.random.SeedSequence([int(number), 0x7E5D]).generate_state(1)[0] % (2**31))
 
 
-def _storage_url(study) -> Tuple[str, float]:
-    """The study's database URL ("" when it has none) and heartbeat interval."""
-    storage = study._storage  # Optuna wraps an RDBStorage in a cache; no public API names the URL
-    backend = getattr(storage, "_backend", storage)
-    interval = getattr(backend, "get_heartbeat_interval", lambda: None)()
-    return str(getattr(backend, "url", "") or ""), float(interval or 60)
-
-
 def _trial_config(base: TrialBase, params: Dict[str, Any], output_dir: str, seed: int,
                   resume: bool) -> Tuple[argparse.Namespace, CfgNode, List[str]]:
     """reid-train's arguments and checked config of a trial (raises the config's one-line error)."""
@@ -309,10 +301,11 @@ def run_trial(trial, space: SearchSpace, base: TrialBase, study_dir: str) -> Tri
         args, cfg, _ = _trial_config(base, params, output_dir, seed, resume=resumes is not None)
     except ReidUserError as e:
         return failed(str(e))
-    storage_url, heartbeat_s = _storage_url(trial.study)
+    # As work_on_study reads it; an in-memory storage (tests) has no heartbeat.
+    heartbeat_s = float(getattr(trial.study._storage, "get_heartbeat_interval", lambda: None)() or 60)
     resume_with = (f"the same reid-tune command (run again, or by another worker of the study, it continues "
                    f"trial #{trial.number} from this checkpoint)")
-    ref = TrialRef(storage_url, heartbeat_s, trial.study.study_name, trial._trial_id, trial.number,
+    ref = TrialRef(storage_url(trial.study), heartbeat_s, trial.study.study_name, trial._trial_id, trial.number,
                    trial.study.pruner, space.objective.metric, record, resume_with)
     _LIVE_TRIALS[trial._trial_id] = trial
     try:
