@@ -14,6 +14,7 @@ import logging
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..config import ConfigError
+from ..engine.hooks import periodic_evaluation_due
 from ..engine.trainer_base import HookBase, TrainingStopped
 from ..utils import comm
 
@@ -69,8 +70,7 @@ class TrialReporter(HookBase):
 
     def after_step(self) -> None:
         next_iter = self.trainer.iter + 1
-        # The evaluation hook's own condition: periodic ones only; the final one is after_train's.
-        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+        if periodic_evaluation_due(next_iter, self._period, self.trainer.max_iter):  # the final one: after_train
             self._report(next_iter, may_prune=True)
 
     def after_train(self) -> None:

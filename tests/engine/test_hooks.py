@@ -334,3 +334,9 @@ def test_torch_memory_stats_is_a_no_op_without_cuda():
 def test_periodic_writer_rejects_non_writers():
     with pytest.raises(TypeError, match="EventWriter"):
         hooks.PeriodicWriter([object()])
+
+
+def test_periodic_evaluation_due_every_period_but_not_after_the_last_step():
+    due = [n for n in range(1, 13) if hooks.periodic_evaluation_due(n, 4, 12)]
+    assert due == [4, 8]  # 12 is the last step: the final evaluation is after_train's
+    assert not any(hooks.periodic_evaluation_due(n, 0, 12) for n in range(1, 13))  # 0: only the final one

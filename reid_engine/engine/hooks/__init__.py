@@ -3,7 +3,7 @@ precise BN, layer freezing, EMA teachers, profiling and memory statistics (one m
 from ..train_loop import HookBase
 from .basic import TIMER_WARMUP_ITERS, CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
 from .checkpointing import BestCheckpointer, PeriodicCheckpointer, Preemption
-from .evaluation import EvalHook, flatten_results_dict
+from .evaluation import EvalHook, flatten_results_dict, periodic_evaluation_due
 from .model_state import EMATeacher, LayerFreeze, PreciseBN
 from .profiling import TorchMemoryStats, TorchProfiler
 
@@ -24,4 +24,5 @@ __all__ = [
     "TorchProfiler",
     "TorchMemoryStats",
     "flatten_results_dict",
+    "periodic_evaluation_due",
 ]

@@ -8,6 +8,7 @@ from ...utils import comm
 from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
 from .. import preemption
 from ..train_loop import HookBase
+from .evaluation import periodic_evaluation_due
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +94,7 @@ class BestCheckpointer(HookBase):
             self._checkpointer.tag_last_checkpoint(os.path.basename(previous))
 
     def after_step(self):
-        next_iter = self.trainer.iter + 1
-        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+        if periodic_evaluation_due(self.trainer.iter + 1, self._period, self.trainer.max_iter):
             self._best_checking()
 
     def after_train(self):

@@ -20,6 +20,16 @@ def flatten_results_dict(results: Mapping, prefix: str = "") -> Dict[str, object
     return flat
 
 
+def periodic_evaluation_due(next_iter: int, period: int, max_iter: int) -> bool:
+    """Whether :class:`EvalHook` evaluates after the step that completes `next_iter` iterations.
+
+    Every `period` iterations, except after the last step: the final evaluation runs in
+    ``after_train``. Hooks that act on an evaluation's results (the best checkpoint, reid-tune's
+    reporter) ask this too, so that they follow the evaluations exactly.
+    """
+    return period > 0 and next_iter % period == 0 and next_iter != max_iter
+
+
 class EvalHook(HookBase):
     """Run ``eval_function()`` when ``(iter + 1) % eval_period == 0`` (except at the
     last iteration) and once after training, if training completed. Results (a nested
@@ -54,8 +64,7 @@ class EvalHook(HookBase):
         comm.synchronize()
 
     def after_step(self):
-        next_iter = self.trainer.iter + 1
-        if self._period > 0 and next_iter % self._period == 0 and next_iter != self.trainer.max_iter:
+        if periodic_evaluation_due(self.trainer.iter + 1, self._period, self.trainer.max_iter):
             self._do_eval()
 
     def after_train(self):
