@@ -8,22 +8,18 @@ Any other exception is a bug: its traceback is printed, then a one-line summary,
 the exit status is 1.
 """
 import argparse
-import importlib
 import os
-import re
 import sys
 import traceback
 from typing import Any, Callable, List, Optional
 
 import torch.multiprocessing as mp
 
-from ..utils.errors import RUN_FAILURE_EXIT_CODE, ReidUserError
+from ..utils.errors import RUN_FAILURE_EXIT_CODE, ReidUserError, user_error_of_traceback
 
 __all__ = ["DEBUG_ENV", "debug_requested", "run_command"]
 
 DEBUG_ENV = "REID_DEBUG"
-# The last line of a formatted traceback: "package.module.ErrorClass: message".
-_EXCEPTION_LINE = re.compile(r"^(?P<cls>[A-Za-z_][\w.]*): (?P<message>.*)$")
 
 
 def debug_requested(args: Any = None) -> bool:
@@ -67,26 +63,16 @@ def run_command(prog: str, parser: argparse.ArgumentParser, body: Callable[[argp
 def _worker_failed(prog: str, worker_traceback: str, debug: bool) -> int:
     """End a job whose worker raised: one line for a user error, the worker's traceback for a bug."""
     text = worker_traceback.strip()
-    last = text.splitlines()[-1] if text else ""
-    match = _EXCEPTION_LINE.match(last)
-    error_class = _import_class(match.group("cls")) if match else None
-    if isinstance(error_class, type) and issubclass(error_class, ReidUserError):
+    user_error = user_error_of_traceback(text)
+    if user_error is not None:
+        error_class, message = user_error
         if debug:
             print(text, file=sys.stderr)
-        _print_error(prog, match.group("message"))
+        _print_error(prog, message)
         return error_class.exit_code
     print(text, file=sys.stderr)
-    _print_error(prog, last or "a worker process failed")
+    _print_error(prog, (text.splitlines()[-1] if text else "") or "a worker process failed")
     return RUN_FAILURE_EXIT_CODE
-
-
-def _import_class(qualified_name: str) -> Optional[type]:
-    """The class a traceback names (e.g. "reid_engine.config.config.ConfigError"), or None."""
-    module_name, _, name = qualified_name.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name or "builtins"), name, None)
-    except (ImportError, ValueError):
-        return None
 
 
 def _print_error(prog: str, message: str) -> None:

@@ -31,7 +31,6 @@ import argparse
 import copy
 import dataclasses
 import functools
-import importlib
 import json
 import logging
 import os
@@ -46,7 +45,7 @@ from ..engine.defaults import DefaultTrainer
 from ..engine.launch import launch
 from ..engine.preemption import TrainingPreempted, signal_name
 from ..utils import comm
-from ..utils.errors import ReidUserError, UsageError
+from ..utils.errors import ReidUserError, UsageError, user_error_of_traceback
 from ..utils.file_io import atomic_write_text
 from ..utils.logger import close_log_file, setup_logger
 from .reporting import TrainingPruned, TrialReporter
@@ -229,26 +228,15 @@ def _failure_line(error: BaseException) -> str:
     """The one-line error of a failed training (a worker's traceback: its last line's message)."""
     if isinstance(error, mp.ProcessRaisedException):
         text = str(error).strip()
-        last = text.splitlines()[-1] if text else "a worker process failed"
-        name, sep, message = last.partition(": ")
-        error_class = _named_class(name) if sep else None
-        if isinstance(error_class, type) and issubclass(error_class, ReidUserError):
-            return message
+        user_error = user_error_of_traceback(text)
+        if user_error is not None:
+            return user_error[1]
         logger.error("A training worker failed:\n%s", text)
-        return last
+        return text.splitlines()[-1] if text else "a worker process failed"
     if isinstance(error, ReidUserError):
         return str(error)
     logger.exception("Training failed with an unexpected error")
     return f"{type(error).__name__}: {error}"
-
-
-def _named_class(qualified_name: str) -> Optional[type]:
-    """The class a traceback's last line names (e.g. "reid_engine.config.config.ConfigError"), or None."""
-    module_name, _, name = qualified_name.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name or "builtins"), name, None)
-    except (ImportError, ValueError):
-        return None
 
 
 def _back_to_study_log(base: TrialBase, output_dir: str) -> None:

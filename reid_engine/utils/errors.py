@@ -14,7 +14,7 @@ Anything else that escapes a command is a bug and keeps its traceback.
 """
 import importlib
 import re
-from typing import Optional
+from typing import Optional, Tuple
 
 __all__ = [
     "ReidUserError",
@@ -23,6 +23,7 @@ __all__ = [
     "DeviceUnavailableError",
     "InvalidDeviceError",
     "require_module",
+    "user_error_of_traceback",
 ]
 
 USAGE_EXIT_CODE = 2
@@ -73,6 +74,31 @@ class InvalidDeviceError(ReidUserError, ValueError):
     """MODEL.DEVICE is not a device name torch understands."""
 
     exit_code = USAGE_EXIT_CODE
+
+
+# The last line of a formatted traceback: "<module.Class>: <message>".
+_EXCEPTION_LINE = re.compile(r"^(?P<cls>[A-Za-z_][\w.]*): (?P<message>.*)$")
+
+
+def user_error_of_traceback(text: str) -> Optional[Tuple[type, str]]:
+    """The user error that a formatted traceback (a spawned worker's, as ``launch`` re-raises it) ends with.
+
+    Returns:
+        (its :class:`ReidUserError` class, its one-line message), or None when the traceback ends
+        with any other exception (a bug: its traceback is what to show).
+    """
+    lines = text.strip().splitlines()
+    match = _EXCEPTION_LINE.match(lines[-1]) if lines else None
+    if match is None:
+        return None
+    module_name, _, name = match.group("cls").rpartition(".")
+    try:
+        error_class = getattr(importlib.import_module(module_name or "builtins"), name, None)
+    except (ImportError, ValueError):
+        return None
+    if isinstance(error_class, type) and issubclass(error_class, ReidUserError):
+        return error_class, match.group("message")
+    return None
 
 
 def require_module(name: str, purpose: str, package: Optional[str] = None):
