@@ -36,7 +36,7 @@ from ..tune.study import default_storage_url, open_storage, open_study, require_
 from ..tune.tracking import end_study_run, study_tracking_opts
 from ..tune.trial_run import TrialBase, run_trial
 from ..utils.errors import ReidUserError, UsageError
-from ..utils.logger import setup_logger
+from ..utils.logger import setup_run_logging
 from ..utils.urls import mask_password
 from . import train
 from .base import build_config, command_parser, launch_options, positive_int
@@ -141,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
 
     os.makedirs(study_dir, exist_ok=True)
     log_file = os.path.join(study_dir, "log.txt")
-    setup_logger(log_file, name="fvcore")
-    setup_logger(log_file)
+    setup_run_logging(log_file)
     storage = open_storage(storage_url, args.heartbeat)
     study = open_study(storage, name, space, args.n_trials, args.sampler_seed, base_params(space, cfg),
                        args.pruner or space.pruner)

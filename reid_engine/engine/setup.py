@@ -16,7 +16,7 @@ from ..utils.collect_env import collect_env_info
 from ..utils.env import seed_all_rng
 from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
 from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal, write_failure
-from ..utils.logger import HIGHLIGHT, check_log_writes, setup_logger
+from ..utils.logger import HIGHLIGHT, check_log_writes, setup_run_logging
 from .config_checks import check_config_values
 
 __all__ = ["default_setup", "default_writers"]
@@ -48,8 +48,7 @@ def default_setup(cfg: CfgNode, args, *, check: bool = True) -> None:
     ignore_file_size_signal()
     comm.synchronize()
     rank = comm.get_rank()
-    setup_logger(output_dir, distributed_rank=rank, name="fvcore")
-    log = setup_logger(output_dir, distributed_rank=rank)
+    log = setup_run_logging(output_dir, distributed_rank=rank)
 
     log.info(f"Rank of current process: {rank}. World size: {comm.get_world_size()}")
     log.info("Environment info:\n" + collect_env_info())

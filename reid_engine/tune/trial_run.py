@@ -47,7 +47,7 @@ from ..engine.preemption import TrainingPreempted, signal_name
 from ..utils import comm
 from ..utils.errors import ReidUserError, UsageError, user_error_of_traceback
 from ..utils.file_io import atomic_write_text
-from ..utils.logger import close_log_file, setup_logger
+from ..utils.logger import close_log_file, setup_run_logging
 from .reporting import TrainingPruned, TrialReporter
 from .space import SearchSpace, overrides_list, suggest_overrides
 from .study import TrialOutcome, open_storage, require_optuna, storage_url
@@ -242,8 +242,7 @@ def _failure_line(error: BaseException) -> str:
 def _back_to_study_log(base: TrialBase, output_dir: str) -> None:
     """Point this process's log back at the study's (a trial trained here moved it to the trial's
     folder) and close the trial's log file, so that no file stays open per trial."""
-    setup_logger(base.log_file, distributed_rank=0, name="fvcore")
-    setup_logger(base.log_file, distributed_rank=0)
+    setup_run_logging(base.log_file)
     close_log_file(output_dir)
 
 

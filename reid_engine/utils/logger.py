@@ -14,7 +14,7 @@ from termcolor import colored
 
 from .file_io import FileWriteError, RecordFile, write_failure
 
-__all__ = ["HIGHLIGHT", "setup_logger", "close_log_file", "check_log_writes", "log_first_n", "log_every_n",
+__all__ = ["HIGHLIGHT", "setup_logger", "setup_run_logging", "close_log_file", "check_log_writes", "log_first_n", "log_every_n",
            "log_every_n_seconds"]
 
 _PLAIN_FORMAT = "[%(asctime)s] %(name)s %(levelname)s: %(message)s"
@@ -269,6 +269,17 @@ def setup_logger(
         file_handler.setFormatter(plain_formatter)
     _replace_handler(logger, "file", file_handler)
     return logger
+
+
+def setup_run_logging(output: Optional[str], distributed_rank: int = 0) -> logging.Logger:
+    """Send a run's log (the package's logger, and fvcore's, which reports checkpoint loading)
+    to the console and to `output`'s log file (see :func:`setup_logger`).
+
+    Returns:
+        the package's logger.
+    """
+    setup_logger(output, distributed_rank=distributed_rank, name="fvcore")
+    return setup_logger(output, distributed_rank=distributed_rank)
 
 
 def close_log_file(output: str, distributed_rank: int = 0) -> None:
