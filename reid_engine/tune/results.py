@@ -16,8 +16,8 @@ from tabulate import tabulate
 
 from ..config import CfgNode
 from ..utils.errors import ReidUserError, require_module
-from .space import SearchSpace, format_params, overrides_list, typed_value
-from .study import require_optuna
+from .space import SearchSpace, overrides_list, typed_value
+from .study import continued_attempts, format_params, require_optuna
 
 __all__ = [
     "SUMMARY_FILE",
@@ -46,16 +46,6 @@ def _state_name(trial) -> str:
     return trial.state.name  # COMPLETE, PRUNED, FAIL, RUNNING, WAITING
 
 
-def _continued(trials) -> set:
-    """Numbers of the attempts that a later trial continues."""
-    out = set()
-    for t in trials:
-        resumed = t.user_attrs.get("resumes_trial")
-        if resumed is not None:
-            out.add(int(resumed))
-    return out
-
-
 def _last_intermediate(trial):
     """(step, value) of the last reported intermediate value, or None."""
     if not trial.intermediate_values:
@@ -82,7 +72,7 @@ def ranked_trials(study, space: SearchSpace) -> List[Any]:
         a list of ``optuna.trial.FrozenTrial``.
     """
     trials = study.get_trials(deepcopy=False)
-    continued = _continued(trials)
+    continued = continued_attempts(trials)
     sign = -1.0 if space.objective.direction == "maximize" else 1.0
 
     def by_value(value):
@@ -195,7 +185,7 @@ def _value_cell(trial) -> str:
 
 def _counts_line(study, space: SearchSpace) -> str:
     trials = study.get_trials(deepcopy=False)
-    continued = _continued(trials)
+    continued = continued_attempts(trials)
     states = [_state_name(t) for t in trials if t.number not in continued]
     finished = sum(s in ("COMPLETE", "PRUNED", "FAIL") for s in states)
     planned = study.user_attrs.get("n_trials")

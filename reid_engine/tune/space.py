@@ -31,7 +31,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import yaml
 
@@ -58,7 +58,6 @@ __all__ = [
     "base_params",
     "overrides_list",
     "typed_value",
-    "format_params",
 ]
 
 logger = logging.getLogger(__name__)
@@ -570,13 +569,3 @@ def _value_text(value) -> str:
     if isinstance(value, (list, tuple)):
         return repr(type(value)(value))
     return repr(value)  # bool, int, float (repr is exact), None
-
-
-def format_params(params: Mapping[str, Any], keys: Optional[Sequence[str]] = None) -> str:
-    """``KEY=value`` pairs on one line, for logs and headers (floats with 4 significant digits)."""
-    names = list(keys) if keys is not None else list(params)
-    return " ".join(f"{k}={_short(params[k])}" for k in names if k in params)
-
-
-def _short(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

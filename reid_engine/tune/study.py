@@ -38,7 +38,7 @@ import statistics
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set
 
 from ..utils.errors import MissingPackageError, ReidUserError, UsageError
 from ..utils.urls import mask_password, sqlite_file
@@ -55,7 +55,9 @@ __all__ = [
     "claim_next_trial",
     "continue_interrupted",
     "default_storage_url",
+    "continued_attempts",
     "finished_trials",
+    "format_params",
     "open_storage",
     "open_study",
     "require_optuna",
@@ -471,9 +473,14 @@ class TrialOutcome:
     error: str = ""
 
 
+def continued_attempts(trials: Sequence["optuna.trial.FrozenTrial"]) -> Set[int]:
+    """The numbers of the interrupted attempts that a later trial continues (user attr ``resumes_trial``)."""
+    return {int(t.user_attrs[_RESUMES]) for t in trials if t.user_attrs.get(_RESUMES) is not None}
+
+
 def finished_trials(trials: Sequence["optuna.trial.FrozenTrial"]) -> List["optuna.trial.FrozenTrial"]:
     """The trials that count towards the study's N: COMPLETE, PRUNED or FAIL, and not continued by another."""
-    continued = {t.user_attrs[_RESUMES] for t in trials if _RESUMES in t.user_attrs}
+    continued = continued_attempts(trials)
     return [t for t in trials if t.state.is_finished() and t.number not in continued]
 
 
@@ -519,15 +526,19 @@ def _eta(study: "optuna.Study") -> str:
     return f", ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _describe_params(trial) -> str:
-    params = dict(trial.params) or dict(getattr(trial, "system_attrs", {}).get("fixed_params", {}))
-    if not params:
-        return "params sampled when the run starts"
-    return " ".join(f"{k}={_short(v)}" for k, v in params.items())
+def format_params(params: Mapping[str, Any], keys: Optional[Sequence[str]] = None) -> str:
+    """``KEY=value`` pairs on one line, for logs and headers (floats with 4 significant digits)."""
+    names = list(keys) if keys is not None else list(params)
+    return " ".join(f"{k}={_short(params[k])}" for k in names if k in params)
 
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _describe_params(trial) -> str:
+    params = dict(trial.params) or dict(getattr(trial, "system_attrs", {}).get("fixed_params", {}))
+    return format_params(params) if params else "params sampled when the run starts"
 
 
 def _one_line(text: str) -> str:
