@@ -29,6 +29,14 @@ _C.MODEL.CHANNELS_LAST = "auto"
 _C.MODEL.COMPILE = "auto"
 # (ours) torch.compile backend: inductor, or a cheaper one for debugging (aot_eager, eager).
 _C.MODEL.COMPILE_BACKEND = "inductor"
+# (ours) what torch.compile compiles: model (one graph), blocks (each repeated block: ResNet
+# bottlenecks, ViT blocks ...; the glue runs eager), or auto (model; blocks for a run that freezes
+# layers first, whose release then recompiles only the blocks that contain them).
+_C.MODEL.COMPILE_SCOPE = "auto"
+# (ours) under MODEL.COMPILE auto, compile only when the expected saving over the iterations left
+# exceeds the expected compile time (a short run or a fine-tune stays eager); False: compile whenever
+# auto may (its fallbacks still apply). See reid_engine/engine/compile_cost.py.
+_C.MODEL.COMPILE_WEIGH_COST = True
 # Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
 _C.MODEL.WEIGHTS = ""
 # Images enter the model as 0..255 and are normalised inside it.

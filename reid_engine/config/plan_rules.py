@@ -18,8 +18,8 @@ from ..utils.registry import check_choice
 from .config import ConfigError
 
 __all__ = [
-    "PURPOSES", "COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode",
-    "compile_decision", "CHANNELS_LAST_CHOICES", "use_channels_last",
+    "PURPOSES", "COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode",
+    "resolve_compile_mode", "compile_decision", "compile_scope_decision", "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "AmpDecision", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
     "loader_workers", "cpu_threads",
@@ -31,6 +31,8 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "m
 # Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
 _COMPILE_ALIASES = {"on": "default", "true": "default", "false": "off"}
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+#: MODEL.COMPILE_SCOPE values: what torch.compile compiles (modeling.compile.compile_model)
+COMPILE_SCOPES = ("auto", "model", "blocks")
 
 #: what the plan is for: ``train`` (auto compiles where it pays, under the trainer's guard),
 #: ``evaluate`` (a test pass: auto stays eager, an explicit mode is kept) or ``serve``
@@ -102,6 +104,36 @@ def compile_decision(purpose: str, value, device: torch.device, architecture=Non
         # pay the compilation without that guard.
         return "off", "auto: an evaluation pass runs eager"
     return resolve_compile_mode(value, device, architecture)
+
+
+def compile_scope_decision(value, mode: str, freezes: bool = False) -> Tuple[str, str]:
+    """What a compiled run compiles (MODEL.COMPILE_SCOPE), and why.
+
+    ``auto`` compiles the whole model, the fastest in steady state (BoT R50 on an H100: 2.62x
+    eager against 2.04x for its blocks, with 38 s of compilation against 30 s), except for a run
+    that freezes layers first: releasing them changes their BatchNorm from eval to train mode,
+    which recompiles what contains them. Compiled whole, the strong baseline (sbs_R50) did not
+    finish 2 epochs in 5 minutes on an H100; in blocks it compiled in 36 s, recompiled the
+    released blocks in 32 s, and trained at 1.71x eager (README, "Compiled training").
+
+    Args:
+        value: MODEL.COMPILE_SCOPE.
+        mode: the run's compile mode ("off": nothing is compiled).
+        freezes: the run freezes layers at its start (SOLVER.FREEZE_ITERS with MODEL.FREEZE_LAYERS).
+    Returns:
+        (scope, reason): scope is "model" or "blocks" ("model" when nothing is compiled).
+    Raises:
+        UnknownChoiceError: not a scope.
+    """
+    scope = check_choice(str(value).strip().lower(), COMPILE_SCOPES, "MODEL.COMPILE_SCOPE")
+    if mode == "off":
+        return "model", "nothing is compiled"
+    if scope != "auto":
+        return scope, f"MODEL.COMPILE_SCOPE {value}"
+    if freezes:
+        return "blocks", ("auto: the repeated blocks (releasing the frozen layers recompiles only the blocks "
+                          "that contain them)")
+    return "model", "auto: the whole model (the fastest compiled step)"
 
 
 # ---------------------------------------------------------------------------- memory format

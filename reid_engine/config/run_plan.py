@@ -27,12 +27,14 @@ from .plan_rules import (
     CHANNELS_LAST_CHOICES,
     COMPILE_BACKENDS,
     COMPILE_MODES,
+    COMPILE_SCOPES,
     DEVICE_AUGMENT_CHOICES,
     PURPOSES,
     AmpDecision,
     amp_decision,
     batched_op_names,
     compile_decision,
+    compile_scope_decision,
     cpu_threads,
     device_augment_decision,
     loader_workers,
@@ -45,7 +47,8 @@ from .plan_rules import (
 
 __all__ = [
     "RunPlan", "AmpDecision", "build_run_plan", "check_plan_config", "PURPOSES",
-    "COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_decision",
+    "COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode", "resolve_compile_mode",
+    "compile_decision", "compile_scope_decision",
     "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
@@ -74,6 +77,7 @@ class RunPlan:
     device_augment: bool
     loader_workers: int
     threads: int = 1
+    compile_scope: str = "model"
     reasons: Dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
@@ -94,15 +98,17 @@ class RunPlan:
     def rows(self) -> List[Tuple[str, str, str]]:
         """(decision, choice, why) rows of the plan's table."""
         precision = str(self.autocast_dtype).replace("torch.", "") + " autocast" if self.autocast_dtype else "float32"
-        compile_text = "eager" if self.compile_mode == "off" else f"{self.compile_mode} ({self.compile_backend})"
+        compile_text = "eager" if self.compile_mode == "off" else \
+            f"{self.compile_mode} ({self.compile_backend}, {self.compile_scope})"
         on_off = {True: "on", False: "off"}
         r = self.reasons
+        compile_why = r.get("compile_mode", "") + (f"; {r['compile_scope']}" if self.compiled and "compile_scope" in r else "")
         return [
             ("device", str(self.device), r.get("device", "")),
             ("precision", precision, r.get("amp", "")),
             ("gradient scaling", on_off[self.grad_scaling], "float16 only" if self.grad_scaling else ""),
             ("channels_last", on_off[self.channels_last], r.get("channels_last", "")),
-            ("compile", compile_text, r.get("compile_mode", "")),
+            ("compile", compile_text, compile_why),
             ("CPU bf16 weight gradients", on_off[self.cpu_bf16_weight_grad], r.get("cpu_bf16_weight_grad", "")),
             ("device augmentation", on_off[self.device_augment], r.get("device_augment", "")),
             ("loader workers", str(self.loader_workers), r.get("loader_workers", "")),
@@ -128,7 +134,7 @@ def check_plan_config(cfg) -> None:
     """Check the plan's enumerated keys without deciding anything (no device is resolved).
 
     Args:
-        cfg: the config (MODEL.CHANNELS_LAST, MODEL.COMPILE, MODEL.COMPILE_BACKEND, SOLVER.AMP.DTYPE,
+        cfg: the config (MODEL.CHANNELS_LAST, MODEL.COMPILE, MODEL.COMPILE_BACKEND, MODEL.COMPILE_SCOPE, SOLVER.AMP.DTYPE,
             DATALOADER.NUM_WORKERS).
     Raises:
         UnknownChoiceError, ConfigError: the first wrong value (one line: key, choices, closest).
@@ -136,6 +142,7 @@ def check_plan_config(cfg) -> None:
     check_choice(cfg.MODEL.CHANNELS_LAST, CHANNELS_LAST_CHOICES, "MODEL.CHANNELS_LAST")
     normalize_compile_mode(cfg.MODEL.COMPILE)
     check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
+    compile_scope_decision(cfg.MODEL.COMPILE_SCOPE, "off")
     check_choice(cfg.SOLVER.AMP.DTYPE, AMP_DTYPE_NAMES, "SOLVER.AMP.DTYPE")
     loader_workers(cfg)
 
@@ -144,6 +151,11 @@ def _architecture(name: str):
     """The meta-architecture class MODEL.META_ARCHITECTURE names, when the registry is loaded (else None)."""
     registry = registry_for_key("MODEL.META_ARCHITECTURE")
     return registry.get(name) if registry is not None and name in registry.names() else None
+
+
+def _freezes(cfg) -> bool:
+    """Whether the run starts with frozen layers (SOLVER.FREEZE_ITERS with MODEL.FREEZE_LAYERS)."""
+    return cfg.SOLVER.FREEZE_ITERS > 0 and len(cfg.MODEL.FREEZE_LAYERS) > 0
 
 
 def _device_reason(setting) -> str:
@@ -170,6 +182,7 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     reasons["channels_last"] = f"MODEL.CHANNELS_LAST {cfg.MODEL.CHANNELS_LAST}"
     check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
     mode, reasons["compile_mode"] = compile_decision(purpose, cfg.MODEL.COMPILE, device, architecture)
+    scope, reasons["compile_scope"] = compile_scope_decision(cfg.MODEL.COMPILE_SCOPE, mode, _freezes(cfg))
     augment, reasons["device_augment"] = device_augment_decision(cfg, device.type)
     workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
@@ -177,7 +190,8 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     return RunPlan(purpose=purpose, device=device, amp=amp, channels_last=channels_last, compile_mode=mode,
                    compile_explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto",
                    compile_backend=str(cfg.MODEL.COMPILE_BACKEND), cpu_bf16_weight_grad=cpu_bf16,
-                   device_augment=augment, loader_workers=workers, threads=threads, reasons=reasons)
+                   device_augment=augment, loader_workers=workers, threads=threads,
+                   compile_scope=scope, reasons=reasons)
 
 
 # Plans already decided in this process, by the config values they read: the same config
@@ -194,6 +208,7 @@ def _plan_key(cfg, purpose: str, architecture) -> tuple:
                os.environ.get("OMP_NUM_THREADS", ""))
     return (purpose, architecture, machine, str(cfg.MODEL.DEVICE), bool(cfg.SOLVER.AMP.ENABLED), str(cfg.SOLVER.AMP.DTYPE),
             str(cfg.MODEL.CHANNELS_LAST), str(cfg.MODEL.COMPILE), str(cfg.MODEL.COMPILE_BACKEND),
+            str(cfg.MODEL.COMPILE_SCOPE), _freezes(cfg),
             str(inp.DEVICE_AUGMENT), batched_op_names(cfg), reordered_keys(cfg), int(cfg.DATALOADER.NUM_WORKERS))
 
 
@@ -202,7 +217,8 @@ def build_run_plan(cfg, purpose: str = "train", log: bool = True) -> RunPlan:
 
     Args:
         cfg: the config (MODEL.DEVICE, SOLVER.AMP.*, MODEL.CHANNELS_LAST, MODEL.COMPILE,
-            MODEL.COMPILE_BACKEND, INPUT.DEVICE_AUGMENT and the INPUT ops it moves,
+            MODEL.COMPILE_BACKEND, MODEL.COMPILE_SCOPE (with SOLVER.FREEZE_ITERS and MODEL.FREEZE_LAYERS),
+            INPUT.DEVICE_AUGMENT and the INPUT ops it moves,
             DATALOADER.NUM_WORKERS; MODEL.META_ARCHITECTURE for its EAGER_ONLY_REASON).
         purpose: "train", "evaluate" or "serve" (see PURPOSES).
         log: log the plan's table the first time it is decided.

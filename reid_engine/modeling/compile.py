@@ -10,41 +10,120 @@ place that compiles, and read by ``utils.compiled``.
 
 A meta architecture that must not run compiled under ``auto`` says why in its class
 attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).
+
+What is compiled (MODEL.COMPILE_SCOPE, decided by the run plan): the whole model as one graph
+(``model``), or only its repeated blocks (``blocks``: every ResNet bottleneck, ViT block,
+OSNet block ...; the glue between them runs eager). Blocks of one class and one input shape
+share one compiled artifact, so a ResNet-50 compiles eight small graphs instead of one large
+one, and a change that meets only some blocks (the release of frozen layers) recompiles only
+those (README, "Compiled training").
 """
 import contextlib
 import os
+from collections import Counter
+from typing import List
 
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import COMPILE_BACKENDS, COMPILE_MODES, normalize_compile_mode, resolve_compile_mode
+from reid_engine.config.run_plan import (
+    COMPILE_BACKENDS,
+    COMPILE_MODES,
+    COMPILE_SCOPES,
+    normalize_compile_mode,
+    resolve_compile_mode,
+)
 from reid_engine.utils.comm import unwrap_model
 from reid_engine.utils.registry import check_choice
 
-__all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "normalize_compile_mode", "resolve_compile_mode", "compile_model",
-           "uncompile_model", "eager_calls", "inductor_cache_dir", "disable_eager_methods"]
+__all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode", "resolve_compile_mode",
+           "compile_model", "uncompile_model", "eager_calls", "inductor_cache_dir", "disable_eager_methods",
+           "repeated_blocks", "compiled_modules"]
 
-def compile_model(model: nn.Module, mode: str, backend: str = "inductor") -> nn.Module:
+#: graph variants one block class may compile (shapes of each stage, first blocks with a
+#: downsample, train / eval, with / without gradients); dynamo's default of 8 is for whole models
+BLOCK_RECOMPILE_LIMIT = 64
+
+def compile_model(model: nn.Module, mode: str, backend: str = "inductor", scope: str = "model") -> nn.Module:
     """Compile `model` in place (nn.Module.compile), so state_dict keys keep their eager names.
 
     Args:
         model: the model.
         mode: a torch.compile mode from COMPILE_MODES other than auto / off.
         backend: MODEL.COMPILE_BACKEND; torch.compile's modes only apply to inductor.
+        scope: "model" (one graph) or "blocks" (each of :func:`repeated_blocks`; the model as one
+            graph when it has none).
     Returns:
-        the same model.
+        the same model; ``compile_mode`` and ``compile_scope`` record what was done, and
+        :func:`compiled_modules` lists the modules compiled.
     """
     check_choice(backend, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
+    check_choice(scope, COMPILE_SCOPES, "MODEL.COMPILE_SCOPE")
     if mode in ("auto", "off"):
         raise ValueError(f"compile_model needs a torch.compile mode, got {mode!r}")
-    disable_eager_methods(model)
     if backend == "inductor":
+        # First: torch's own inductor code sets TORCHINDUCTOR_CACHE_DIR to its /tmp default when
+        # it runs before this (importing torch._dynamo below can), and the user's choice would then
+        # seem to be torch's.
         inductor_cache_dir()
-        model.compile(mode=None if mode == "default" else mode)
-    else:
-        model.compile(backend=backend)
+    disable_eager_methods(model)
+    regions = repeated_blocks(model) if scope == "blocks" else []
+    if regions:
+        config = torch._dynamo.config  # torch < 2.7 names the limit cache_size_limit
+        key = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        setattr(config, key, max(getattr(config, key), BLOCK_RECOMPILE_LIMIT))
+    options = {"mode": None if mode == "default" else mode} if backend == "inductor" else {"backend": backend}
+    # Static shapes: a block class meets a few fixed shapes, each worth its own specialised
+    # graph (dynamo would otherwise turn to a slower dynamic-shape graph at the second shape).
+    for module in regions or [model]:
+        module.compile(dynamic=False, **options)
+    model.compiled_regions = list(regions)  # read by utils.compiled (is the model compiled?)
+    model.compile_scope = "blocks" if regions else "model"
     model.compile_mode = mode  # what utils.compiled reads (CUDA graphs or not)
     return model
+
+
+def repeated_blocks(model: nn.Module) -> List[nn.Module]:
+    """The model's repeated blocks: the outermost modules whose class occurs at least twice in it.
+
+    Containers (Sequential, ModuleList, ...) and torch's own layers (Conv2d, BatchNorm2d, ...)
+    are never blocks: a block is a class of this package or the user's with its own forward
+    (a ResNet bottleneck, a ViT block, an OSNet block, a non-local block).
+
+    Args:
+        model: the model.
+    Returns:
+        the blocks in module order (empty when nothing repeats).
+    """
+    counts = Counter(type(m) for m in model.modules())
+    blocks: List[nn.Module] = []
+    inside: set = set()
+
+    def visit(module: nn.Module) -> None:
+        for child in module.children():
+            if id(child) in inside:
+                continue
+            if counts[type(child)] >= 2 and _is_block(child):
+                blocks.append(child)
+                inside.update(id(m) for m in child.modules())
+            else:
+                visit(child)
+
+    visit(model)
+    return blocks
+
+
+def _is_block(module: nn.Module) -> bool:
+    """A module of a class of its own with parameters (not a torch container or layer)."""
+    if type(module).__module__.startswith("torch."):
+        return False
+    return next(module.parameters(), None) is not None
+
+
+def compiled_modules(model: nn.Module) -> List[nn.Module]:
+    """The modules of `model` (DDP-wrapped or not) that :func:`compile_model` compiled: its blocks, or itself."""
+    inner = unwrap_model(model)
+    return list(getattr(inner, "compiled_regions", None) or [inner])
 
 
 _EAGER_PATCHED = set()
@@ -92,7 +171,8 @@ def uncompile_model(model: nn.Module) -> None:
         model: the model, DDP-wrapped or not; its ``compile_mode`` becomes "off".
     """
     inner = unwrap_model(model)
-    inner._compiled_call_impl = None  # what nn.Module.compile set; __call__ then runs forward eagerly
+    for module in compiled_modules(inner):
+        module._compiled_call_impl = None  # what nn.Module.compile set; __call__ then runs forward eagerly
     inner.compile_mode = "off"
 
 
@@ -107,10 +187,13 @@ def eager_calls(model: nn.Module):
         model: the model, DDP-wrapped or not (a no-op when it is not compiled).
     """
     inner = unwrap_model(model)
-    compiled = getattr(inner, "_compiled_call_impl", None)
-    inner._compiled_call_impl = None
+    modules = compiled_modules(inner)
+    compiled = [getattr(m, "_compiled_call_impl", None) for m in modules]
+    for module in modules:
+        module._compiled_call_impl = None
     try:
         yield
     finally:
         if getattr(inner, "compile_mode", None) != "off":  # unless it was turned to eager for good meanwhile
-            inner._compiled_call_impl = compiled
+            for module, call in zip(modules, compiled):
+                module._compiled_call_impl = call

@@ -17,6 +17,9 @@ __all__ = ["CUDA_GRAPH_MODES", "is_compiled", "uses_cuda_graphs", "mark_step_beg
 
 #: torch.compile modes that run the compiled graphs in CUDA graphs (on CUDA devices)
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+#: device types where those modes replay CUDA graphs (a module attribute, so that tests can
+#: run the callers' rules on the CPU by adding "cpu")
+CUDA_GRAPH_DEVICES = ("cuda",)
 
 
 def is_compiled(model: nn.Module) -> bool:
@@ -25,9 +28,12 @@ def is_compiled(model: nn.Module) -> bool:
     Args:
         model: a model, wrapped or not.
     Returns:
-        True when the module was compiled in place and not turned back to eager.
+        True when the module (or its repeated blocks) was compiled in place and not turned back to eager.
     """
-    return getattr(unwrap_model(model), "_compiled_call_impl", None) is not None
+    inner = unwrap_model(model)
+    # compiled whole, or its repeated blocks (modeling.compile_model records them on the model)
+    modules = getattr(inner, "compiled_regions", None) or [inner]
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in modules)
 
 
 def uses_cuda_graphs(model: nn.Module) -> bool:
@@ -42,7 +48,7 @@ def uses_cuda_graphs(model: nn.Module) -> bool:
     if not is_compiled(inner) or getattr(inner, "compile_mode", None) not in CUDA_GRAPH_MODES:
         return False
     param = next(inner.parameters(), None)
-    return param is not None and param.device.type == "cuda"
+    return param is not None and param.device.type in CUDA_GRAPH_DEVICES
 
 
 def mark_step_begin(model: nn.Module) -> None:

@@ -12,7 +12,9 @@ Documented recompilations (README, "Compiled training: architectures"):
 - the first evaluation (the eval-mode graph). Its batch size differs from training's, so
   dynamo compiles it with a dynamic batch and the last, smaller batch compiles nothing more;
   later evaluations and the training steps between them compile nothing.
-Run time: about 60 s of CPU for the module (9 families, compiled and eager).
+Each family also trains with MODEL.COMPILE_SCOPE blocks (its repeated blocks compiled one by
+one): the same losses, and no training step after the first compiles a graph (but the release).
+Run time: about 60-90 s of CPU for the module (9 families: whole model, blocks and eager).
 """
 import logging
 import os
@@ -153,7 +155,7 @@ class CompileRecorder(HookBase):
         return "\n".join(f"{phase}:\n  " + "\n  ".join(reasons) for phase, reasons in self.reasons.items())
 
 
-def _build_cfg(name: str, data_root: str, out: str, compile_mode: str, backend: str):
+def _build_cfg(name: str, data_root: str, out: str, compile_mode: str, backend: str, scope: str = "model"):
     from reid_engine.config import get_cfg
 
     path, extra = FAMILIES[name]
@@ -164,11 +166,13 @@ def _build_cfg(name: str, data_root: str, out: str, compile_mode: str, backend: 
     cfg.merge_from_file(os.path.join(REPO_ROOT, path))
     cfg.merge_from_list(_TINY + list(extra) + [
         "DATASETS.ROOT", data_root, "OUTPUT_DIR", out, "MODEL.COMPILE", compile_mode,
-        "MODEL.COMPILE_BACKEND", backend, "SOLVER.MAX_EPOCH", 2, "TEST.EVAL_PERIOD", 1])
+        "MODEL.COMPILE_BACKEND", backend, "MODEL.COMPILE_SCOPE", scope, "SOLVER.MAX_EPOCH", 2,
+        "TEST.EVAL_PERIOD", 1])
     return cfg
 
 
-def run_family(name: str, data_root: str, out: str, compile_mode: str, backend: str) -> Dict[str, object]:
+def run_family(name: str, data_root: str, out: str, compile_mode: str, backend: str,
+               scope: str = "model") -> Dict[str, object]:
     """Train family `name` for 2 epochs with an evaluation after each (SEED 0).
 
     Returns:
@@ -182,7 +186,7 @@ def run_family(name: str, data_root: str, out: str, compile_mode: str, backend: 
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
     torch._dynamo.utils.guard_failures.clear()
-    cfg = _build_cfg(name, data_root, out, compile_mode, backend)
+    cfg = _build_cfg(name, data_root, out, compile_mode, backend, scope)
     seed_all_rng(cfg.SEED)
     trainer = DefaultTrainer(cfg)
     trainer.resume_or_load(resume=False)
@@ -224,9 +228,18 @@ def test_family_trains_compiled_without_recompiling_and_matches_eager(family, da
             assert (breaks > 0) == (family == "video"), f"evaluation breaks its graph in {why}"
         else:
             assert graphs == 0, f"{graphs} graphs compiled after step {step} (evaluation, optimizer) in {why}"
+    # MODEL.COMPILE_SCOPE blocks (auto's choice): after the first step's graphs (one per block
+    # shape), training compiles nothing but the release of the frozen layers.
+    blocks = run_family(family, data_root, str(tmp_path / "blocks"), "default", backend, scope="blocks")
+    block_why = f"{family} blocks ({backend}); torch's recompile reasons:\n{blocks['recorder'].explain()}"
+    for step, (graphs, _) in enumerate(blocks["recorder"].in_step[WARMUP_STEPS:], start=WARMUP_STEPS):
+        if step != release:
+            assert graphs == 0, f"step {step} compiled {graphs} graphs in {block_why}"
     eager = run_family(family, data_root, str(tmp_path / "eager"), "off", backend)
-    assert len(eager["losses"]) == len(compiled["losses"])
-    for step, (got, want) in enumerate(zip(compiled["losses"][:COMPARED_STEPS], eager["losses"])):
-        assert got.keys() == want.keys()
-        for name in want:
-            assert got[name] == pytest.approx(want[name], rel=LOSS_RTOL, abs=LOSS_ATOL), f"{family} step {step} {name}"
+    assert len(eager["losses"]) == len(compiled["losses"]) == len(blocks["losses"])
+    for run in (compiled, blocks):
+        for step, (got, want) in enumerate(zip(run["losses"][:COMPARED_STEPS], eager["losses"])):
+            assert got.keys() == want.keys()
+            for name in want:
+                assert got[name] == pytest.approx(want[name], rel=LOSS_RTOL, abs=LOSS_ATOL), \
+                    f"{family} {run['cfg'].MODEL.COMPILE_SCOPE} step {step} {name}"

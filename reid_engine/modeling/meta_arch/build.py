@@ -1,6 +1,7 @@
 """Meta-architecture registry and `build_model` (MODEL.META_ARCHITECTURE; device, layout and compilation from the run plan)."""
 import logging
 import time
+from collections import Counter
 from typing import Optional
 
 import torch
@@ -37,6 +38,15 @@ def check_model_config(cfg) -> None:
         UnknownChoiceError: an unknown name or value (one line: key, choices, closest).
     """
     META_ARCH_REGISTRY.check_config(cfg)
+
+
+def _scope_text(model: nn.Module) -> str:
+    """"the whole model" or "N repeated blocks (Bottleneck x16)" for the compile log line."""
+    regions = getattr(model, "compiled_regions", None)
+    if not regions:
+        return "the whole model"
+    kinds = Counter(type(m).__name__ for m in regions)
+    return f"{len(regions)} repeated blocks ({', '.join(f'{k} x{n}' for k, n in kinds.items())})"
 
 
 def build_model(cfg, plan: Optional[RunPlan] = None) -> nn.Module:
@@ -77,12 +87,13 @@ def build_model(cfg, plan: Optional[RunPlan] = None) -> nn.Module:
     model.compile_mode = "off"
     if plan.compiled:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
-        compile_model(model, plan.compile_mode, plan.compile_backend)
+        compile_model(model, plan.compile_mode, plan.compile_backend, plan.compile_scope)
     logger.info("Built %s on %s%s%s in %.1f s", name, device, ", channels_last" if plan.channels_last else "",
                 ", matrix-product bfloat16 weight gradients on small maps" if plan.cpu_bf16_weight_grad else "",
                 time.perf_counter() - start)
     backend = plan.compile_backend
     cache = f", cache {inductor_cache_dir()}" if backend == "inductor" else ""
     logger.info("Compile: %s (%s)", "eager" if not plan.compiled else
-                f"torch.compile mode {plan.compile_mode}, backend {backend}{cache}", plan.reasons["compile_mode"])
+                f"torch.compile mode {plan.compile_mode}, backend {backend}, "
+                f"{_scope_text(model)}{cache}", plan.reasons["compile_mode"])
     return model

@@ -1,0 +1,164 @@
+#!/usr/bin/env python
+"""Benchmark torch.compile's cost per shipped model family: whole model against repeated blocks.
+
+For each family (a shipped config at its real input size) and each MODEL.COMPILE_SCOPE
+(``model``: one graph; ``blocks``: the repeated blocks, what ``auto`` picks), a fresh Python
+process builds the model on the CPU (no ImageNet weights), compiles it with
+MODEL.COMPILE default (inductor, or --backend aot_eager: dynamo and AOTAutograd without
+inductor) into an empty cache folder, and times training steps
+(forward, losses, backward, SGD step) on a small batch. The compile seconds are the first
+compiled step (dynamo, AOTAutograd, inductor lowering, C++ code generation; the backward
+graph compiles in that step too) minus the median steady compiled step. The same process
+is then started again on the now-filled cache: the "warm" figure is what a second run of
+the same recipe pays.
+
+The CPU shows the device-independent part of compilation (dynamo's tracing, AOTAutograd's
+joint graph and partitioning, inductor's lowering and scheduling); on a GPU, Triton kernels
+replace the C++ build. Rounds are interleaved (family by family, scope by scope) so that a
+slower moment of the machine hits both scopes alike.
+
+Examples:
+    python tools/benchmarks/bench_compile_time.py                         # every family, both scopes
+    python tools/benchmarks/bench_compile_time.py --families bagtricks_R50 vit --rounds 2
+    python tools/benchmarks/bench_compile_time.py --backend aot_eager --no-warm   # the front half alone
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: family label -> (config file, extra KEY VALUE overrides)
+FAMILIES = {
+    "bagtricks_R50": ("configs/Market1501/bagtricks_R50.yml", []),
+    "bagtricks_R50-ibn": ("configs/Market1501/bagtricks_R50-ibn.yml", []),
+    "bagtricks_S50": ("configs/Market1501/bagtricks_S50.yml", []),
+    "AGW_R50": ("configs/Market1501/AGW_R50.yml", []),
+    "sbs_R50": ("configs/Market1501/sbs_R50.yml", []),
+    "mgn_R50-ibn": ("configs/Market1501/mgn_R50-ibn.yml", []),
+    "moco_R50": ("configs/Market1501/bagtricks_R50_moco.yml", ["MODEL.QUEUE_SIZE", "64"]),
+    "kd-ema_R34": ("configs/Market1501/kd-ema_sbs_R34.yml", []),
+    "osnet": ("configs/Market1501/bagtricks_osnet_x1_0.yml", []),
+    "mobilenetv3": ("configs/Market1501/bagtricks_mobilenetv3_Large.yml", []),
+    "vit": ("configs/Market1501/bagtricks_vit.yml", []),
+}
+
+# What one measurement process runs (argv: config, scope, batch, steps, overrides as JSON).
+_CHILD = r"""
+import json, statistics, sys, time
+import torch
+torch.set_num_threads(int(sys.argv[6]))
+from reid_engine.config import get_cfg
+from reid_engine.modeling import build_model
+from reid_engine.config.run_plan import build_run_plan
+config, scope, batch, steps, overrides = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
+cfg = get_cfg()
+cfg.merge_from_file(config)
+cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", "False", "MODEL.HEADS.NUM_CLASSES", "32",
+                     "MODEL.COMPILE", "default", "MODEL.COMPILE_SCOPE", scope, "SOLVER.AMP.ENABLED", "False",
+                     "MODEL.COMPILE_BACKEND", sys.argv[7],
+                     "MODEL.CHANNELS_LAST", "off"] + overrides)
+plan = build_run_plan(cfg, log=False)
+model = build_model(cfg, plan)
+h, w = cfg.INPUT.SIZE_TRAIN
+g = torch.Generator().manual_seed(0)
+data = {"images": torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g),
+        "targets": torch.arange(batch // 2).repeat_interleave(2), "camids": torch.zeros(batch, dtype=torch.long)}
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+model.train()
+def step():
+    t = time.perf_counter()
+    losses = model(data)
+    opt.zero_grad(set_to_none=True)
+    sum(losses.values()).backward()
+    opt.step()
+    return time.perf_counter() - t
+first = step()
+rest = [step() for _ in range(steps)]
+steady = statistics.median(rest)
+graphs = len(torch._dynamo.utils.get_compilation_metrics())
+print("RESULT " + json.dumps({"first_s": first, "steady_s": steady, "compile_s": max(0.0, first - steady),
+                              "graphs": graphs, "blocks": len(getattr(model, "compiled_regions", []) or [])}))
+"""
+
+
+def measure(config: str, scope: str, overrides, args, cache_dir: str) -> dict:
+    """One fresh process compiling `config` with `scope` into `cache_dir`; its RESULT line as a dict."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=REPO)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(REPO, config), scope, str(args.batch),
+                           str(args.steps), json.dumps(overrides), str(args.threads), args.backend],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=args.timeout)
+    wall = time.perf_counter() - start
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": tail[0][:200], "wall_s": wall}
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["wall_s"] = wall
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--scopes", nargs="+", default=["model", "blocks"], choices=["model", "blocks"])
+    parser.add_argument("--rounds", type=int, default=1, help="cold measurements per family and scope")
+    parser.add_argument("--batch", type=int, default=4, help="images per step (pairs of one identity)")
+    parser.add_argument("--steps", type=int, default=2, help="steady compiled steps after the first")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of the measured process")
+    parser.add_argument("--backend", default="inductor", choices=["inductor", "aot_eager"],
+                        help="aot_eager: dynamo and AOTAutograd only (the device-independent front half)")
+    parser.add_argument("--no-warm", action="store_true", help="skip the second (warm-cache) process")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args(argv)
+
+    rows = {}
+    for round_index in range(args.rounds):
+        for family in args.families:
+            config, overrides = FAMILIES[family]
+            for scope in args.scopes:
+                cache = tempfile.mkdtemp(prefix="inductor-cache-")
+                try:
+                    cold = measure(config, scope, overrides, args, cache)
+                    warm = {} if args.no_warm or "error" in cold else measure(config, scope, overrides, args, cache)
+                finally:
+                    shutil.rmtree(cache, ignore_errors=True)
+                rows.setdefault((family, scope), []).append((cold, warm))
+                print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s"
+                      f"  warm {warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}"
+                      f"  {cold.get('error', '')}", flush=True)
+
+    def median(family, scope, which):
+        values = [pair[which].get("compile_s") for pair in rows.get((family, scope), [])]
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    print("\n| family | whole model: cold s | blocks: cold s | reduction | whole model: warm s | blocks: warm s |")
+    print("|---|---|---|---|---|---|")
+    out = []
+    for family in args.families:
+        m_cold, b_cold = median(family, "model", 0), median(family, "blocks", 0)
+        m_warm, b_warm = median(family, "model", 1), median(family, "blocks", 1)
+        ratio = f"{m_cold / b_cold:.1f}x" if m_cold and b_cold else "-"
+
+        def text(v):
+            return f"{v:.1f}" if v is not None else "-"
+        print(f"| {family} | {text(m_cold)} | {text(b_cold)} | {ratio} | {text(m_warm)} | {text(b_warm)} |")
+        out.append({"family": family, "model_cold_s": m_cold, "blocks_cold_s": b_cold, "model_warm_s": m_warm,
+                    "blocks_warm_s": b_warm})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": out, "args": vars(args)}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
