@@ -15,12 +15,22 @@ c. the compiled steady-state step is slower than the eager one: the first
    these timed steps only). A recompilation after that decision (a new graph, e.g. when
    FREEZE_LAYERS ends) starts the comparison again.
 
+Before anything compiles, ``auto`` also weighs the cost: after its eager steps it compiles
+only when the expected saving over the iterations left exceeds the expected compile time
+(``engine.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
+short run or a fine-tune stays eager; the log line gives the estimate. Evaluations under
+``auto`` run eager: a test pass would recompile the model (eval mode, no gradients) for
+longer than compiled inference saves on a test set.
+
 An explicit mode never falls back: (a) and (b) raise :class:`CompileFailedError` (one line,
 with MODEL.COMPILE off as the fix), and (c) is only logged. A fallback is part of the
 checkpoint, so a resumed run does not compile a model that already failed (one that stayed
 compiled is compared again). One line gives the compile time: the first compiled steps
-minus as many steady compiled steps.
+minus as many steady compiled steps; one ``Compile summary: {json}`` line gives the figures
+for scripts (tools/gpu_acceptance.py reads it).
 """
+import dataclasses
+import json
 import logging
 import os
 import statistics
@@ -32,8 +42,10 @@ import torch
 from torch import nn
 
 from ..modeling.compile import eager_calls, uncompile_model
+from ..utils import comm
 from ..utils.compiled import is_compiled, mark_step_begin
 from ..utils.errors import ReidUserError
+from . import compile_cost
 from .train_loop import HookBase
 
 __all__ = ["CompileGuard", "CompileFailedError", "RECOMPILE_CAP", "EAGER_STEPS", "COMPILE_WARMUP_STEPS",
@@ -47,8 +59,9 @@ EAGER_STEPS = 4
 COMPILE_WARMUP_STEPS = 3
 #: compiled steps timed after those (their median is the steady-state compiled step)
 TIMED_STEPS = 5
-#: recompilations allowed after warm-up: FREEZE_LAYERS ending and the first evaluation
-#: take one each; a model that keeps recompiling passes the cap within a few steps
+#: steps (or evaluations) that recompiled after warm-up, allowed: FREEZE_LAYERS ending and an
+#: explicit mode's first evaluation take one each (however many graphs or blocks they compile);
+#: a model that keeps recompiling passes the cap within a few steps
 RECOMPILE_CAP = 4
 
 # Where torch.compile's own frames live: an exception raised through them came from
@@ -123,18 +136,26 @@ class CompileGuard(HookBase):
     """
 
     def __init__(self, model: nn.Module, mode: str, explicit: bool, recompile_cap: int = RECOMPILE_CAP,
-                 timer: Callable[[], float] = time.perf_counter):
+                 timer: Callable[[], float] = time.perf_counter, recipe: str = "", weigh_cost: bool = True):
         """
         Args:
             model: the trained model (DDP-wrapped or not), compiled in place or eager.
             mode: the torch.compile mode in use ("off" when eager).
             explicit: MODEL.COMPILE named the mode (never fall back) rather than auto.
-            recompile_cap: recompilations allowed after warm-up.
+            recompile_cap: steps that may recompile after warm-up.
             timer: the clock of the step timings (tests inject one).
+            recipe: the ``compile_cost.recipe_key`` of this compilation (its record is read and
+                written); "" keeps no record and estimates from the defaults.
+            weigh_cost: under auto, stay eager when compiling would not pay for itself in the
+                iterations left (needs the trainer: its ``max_iter`` and ``iter``).
         """
         self.model = model
         self.mode = mode
         self.explicit = explicit
+        self.recipe = recipe
+        self.weigh_cost = weigh_cost
+        self.estimate: Optional[compile_cost.CompileEstimate] = None
+        self.decision = "compiled" if mode != "off" else "eager"
         self.recompile_cap = int(recompile_cap)
         self.timer = timer
         self.fell_back = False
@@ -147,6 +168,8 @@ class CompileGuard(HookBase):
         self._recompiles: List[str] = []  # reasons of the recompilations after warm-up
         self._seen_metrics = 0.0  # start time (us) of the last compilation looked at
         self._resumed_state: dict = {}
+        self._eager_step: Optional[float] = None  # median eager step of the last comparison
+        self._compiled_step: Optional[float] = None
 
     @property
     def _eager_steps(self) -> int:
@@ -199,6 +222,9 @@ class CompileGuard(HookBase):
                 self._eager_times.append(self._timed(step))
             return
         index = self._trial - self._eager_steps  # compiled steps into the comparison
+        if self._comparing and index == 0 and self._eager_times and not self._compile_pays():
+            step()  # eager for good: nothing was compiled
+            return
         timed = self._comparing and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
         self._trial += 1
         if timed and index < COMPILE_WARMUP_STEPS:
@@ -220,15 +246,19 @@ class CompileGuard(HookBase):
             self._decide()
 
     def evaluate(self, run: Callable[[], object]):
-        """Run an evaluation of the model; under auto a compile error falls back and evaluates eagerly.
+        """Run an evaluation of the model: eager under auto; under an explicit mode compiled, where a
+        compile error fails in one line.
 
         Args:
-            run: runs the evaluation and returns its results.
+            run: runs the evaluation and returns its results (eager under auto, see the module doc).
         Returns:
             what `run` returned.
         """
         if not self.active:
             return run()
+        if not self.explicit:
+            with eager_calls(self.model):  # auto: a test pass would recompile for longer than it saves
+                return run()
         try:
             return run()
         except Exception as exc:
@@ -279,14 +309,19 @@ class CompileGuard(HookBase):
         self._one_off_step()  # it compiled (or, after an evaluation, the evaluation did)
         if not warm:
             return
-        self._recompiles += [m.recompile_reason for m in metrics if m.recompile_reason]
+        reasons = [m.recompile_reason for m in metrics if m.recompile_reason]
+        if not reasons:
+            return
+        # One step that recompiles counts once, however many graphs it compiled (a new shape
+        # meets every block of a compiled-blocks model).
+        self._recompiles.append(reasons[-1])
         if len(self._recompiles) <= self.recompile_cap:
             if not self._comparing and not self.explicit:  # a new graph after the decision: compare again
                 logger.info("Compile: recompiled because the guard `%s` failed: comparing compiled and eager "
                             "steps again", _guard_name(self._recompiles[-1]))
                 self._comparing, self._trial, self._eager_times, self._compiled_times = True, 0, [], []
             return
-        cause = (f"{len(self._recompiles)} recompilations after warm-up (more than {self.recompile_cap}), the "
+        cause = (f"{len(self._recompiles)} steps recompiled after warm-up (more than {self.recompile_cap}), the "
                  f"last because the guard `{_guard_name(self._recompiles[-1])}` failed")
         if self.explicit:
             raise CompileFailedError(f"MODEL.COMPILE {self.mode}: {cause} (set MODEL.COMPILE off to train eager, or "
@@ -305,19 +340,63 @@ class CompileGuard(HookBase):
         self.compile_seconds = max(0.0, sum(warmup) - len(warmup) * compiled)
         logger.info("Compile: compiling took about %.1f s (the first %d compiled steps took %.1f s, a compiled "
                     "step %.4f s)", self.compile_seconds, len(warmup), sum(warmup), compiled)
+        self._compiled_step = compiled
         if not self._eager_times:  # an explicit mode: the figures only
+            self._log_summary()
             return
-        eager = statistics.median(self._eager_times[1:] or self._eager_times)
+        eager = self._eager_step = statistics.median(self._eager_times[1:] or self._eager_times)
+        if self.recipe and comm.get_local_rank() == 0:
+            compile_cost.record(self.recipe, self.compile_seconds, eager / compiled if compiled > 0 else 1.0)
         if compiled > eager:
             self._fall_back(f"the compiled step ({compiled:.4f} s) is slower than the eager step ({eager:.4f} s)")
         else:
             logger.info("Compile: auto keeps torch.compile mode %s: a compiled step takes %.4f s against %.4f s "
                         "eager (%.2fx)", self.mode, compiled, eager, eager / compiled if compiled > 0 else float("inf"))
+            self._log_summary()
+
+    def _compile_pays(self) -> bool:
+        """Under auto, before the first compiled step: whether compiling is expected to pay for
+        itself in the iterations left; if not, the model stays eager (one log line either way)."""
+        if self.explicit or not self.weigh_cost or self.trainer is None or self.estimate is not None:
+            return True
+        eager = self._eager_step = statistics.median(self._eager_times[1:] or self._eager_times)
+        remaining = int(self.trainer.max_iter) - int(self.trainer.iter)
+        device = next(self.model.parameters()).device.type
+        self.estimate = compile_cost.estimate(self.recipe, device)
+        pays, saving = compile_cost.pays_off(self.estimate, eager, remaining)
+        text = compile_cost.describe(self.estimate, eager, remaining, saving)
+        if pays:
+            logger.info("Compile: auto compiles with mode %s: %s", self.mode, text)
+            return True
+        uncompile_model(self.model)
+        self.decision, self.reason, self._comparing = "stayed eager", f"would not pay for itself: {text}", False
+        logger.info("Compile: auto stays eager, compiling would not pay for itself: %s", text)
+        self._log_summary()
+        return False
+
+    def summary(self) -> dict:
+        """The figures of this run's compilation (the ``Compile summary`` line's JSON)."""
+        return {"mode": self.mode, "decision": self.decision, "reason": self.reason,
+                "compile_s": self.compile_seconds, "eager_step_s": self._eager_step,
+                "compiled_step_s": self._compiled_step, "recompiles": len(self._recompiles),
+                "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None}
+
+    def _log_summary(self) -> None:
+        text = json.dumps(self.summary())
+        if text != getattr(self, "_logged_summary", None):
+            self._logged_summary = text
+            logger.info("Compile summary: %s", text)
+
+    def after_train(self):
+        if self.mode != "off":
+            self._log_summary()
 
     def _fall_back(self, reason: str, earlier: bool = False) -> None:
         """Turn the model back to eager for the rest of the run, with one log line."""
         uncompile_model(self.model)
         self.fell_back, self.reason, self._comparing = True, reason, False
+        self.decision = "fell back"
         when = "fell back to eager in an earlier part of this run and stays eager" if earlier else \
             "falls back to eager for the rest of the run"
         logger.warning("Compile: auto %s: %s", when, reason)
+        self._log_summary()
