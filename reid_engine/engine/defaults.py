@@ -30,7 +30,7 @@ from ..utils.checkpoint import Checkpointer
 from ..utils.compiled import is_compiled
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
-from . import hooks, scaling
+from . import compile_cost, hooks, scaling
 from .compile_guard import CompileGuard
 from .ddp import create_ddp_model, model_device
 from .hooks.pseudo_labels import PseudoLabeler
@@ -98,7 +98,7 @@ class DefaultTrainer(TrainerBase):
         self._trainer = trainer_cls(model, data_loader, optimizer, **trainer_kwargs)
         # Runs the compiled steps: auto falls back to eager on a compile error, a recompile storm or
         # a compiled step slower than eager; an explicit MODEL.COMPILE mode fails in one line instead.
-        self.compile_guard = self.build_compile_guard(self.plan, model)
+        self.compile_guard = self.build_compile_guard(self.plan, model, cfg)
         self._trainer.compile_guard = self.compile_guard
 
         self.iters_per_epoch = self.compute_iters_per_epoch(cfg, len(data_loader.dataset))
@@ -185,6 +185,10 @@ class DefaultTrainer(TrainerBase):
         Returns:
             the last evaluation results on the main process (else None).
         """
+        if self.start_iter >= self.max_iter and self._final_evaluation_pending():
+            logger.info("The run is complete but a stop signal cut its final evaluation short: evaluating it now")
+            super().train(self.start_iter, self.max_iter, hooks_only=True)
+            return self._checked_results()
         if self.start_iter >= self.max_iter:  # --resume of a finished run
             final = os.path.join(self.cfg.OUTPUT_DIR, "model_final.pth")
             raise UsageError(f"nothing to train: the run in {self.cfg.OUTPUT_DIR} is already complete (iteration "
@@ -192,6 +196,14 @@ class DefaultTrainer(TrainerBase):
                              f"SOLVER.MAX_EPOCH (now {self.cfg.SOLVER.MAX_EPOCH}); to evaluate it, --eval-only "
                              f"MODEL.WEIGHTS {final}")
         super().train(self.start_iter, self.max_iter)
+        return self._checked_results()
+
+    def _final_evaluation_pending(self) -> bool:
+        """Whether the run's final evaluation was cut short by a stop (its EvalHook's state)."""
+        return any(isinstance(h, hooks.EvalHook) and h.pending == self.max_iter - 1 for h in self._hooks)
+
+    def _checked_results(self) -> Optional[Dict]:
+        """The last evaluation results, checked against TEST.EXPECTED_RESULTS on the main process."""
         results = getattr(self, "_last_eval_results", None)
         if len(self.cfg.TEST.EXPECTED_RESULTS) and comm.is_main_process():
             if results is None:
@@ -283,10 +295,18 @@ class DefaultTrainer(TrainerBase):
         return build_run_plan(cfg, purpose="train")
 
     @classmethod
-    def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module) -> CompileGuard:
-        """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode."""
+    def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module, cfg: Optional[CfgNode] = None) -> CompileGuard:
+        """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode;
+        with `cfg`, it keeps and reads the compile record of this recipe (``engine.compile_cost``) and
+        weighs the compile cost under auto unless MODEL.COMPILE_WEIGH_COST is off."""
         mode = plan.compile_mode if is_compiled(model) else "off"  # an overridden build_model may not compile
-        return CompileGuard(model, mode, explicit=plan.compile_explicit)
+        recipe = ""
+        if cfg is not None and mode != "off":
+            detail = (f"input {tuple(cfg.INPUT.SIZE_TRAIN)}, batch {cfg.SOLVER.IMS_PER_BATCH // comm.get_world_size()}, "
+                      f"autocast {plan.autocast_dtype}, channels_last {plan.channels_last}")
+            recipe = compile_cost.recipe_key(model, mode, getattr(model, "compile_scope", "model"), plan.device, detail)
+        weigh = bool(cfg.MODEL.COMPILE_WEIGH_COST) if cfg is not None else True
+        return CompileGuard(model, mode, explicit=plan.compile_explicit, recipe=recipe, weigh_cost=weigh)
 
     @classmethod
     def build_model(cls, cfg: CfgNode, plan: Optional[RunPlan] = None) -> torch.nn.Module:

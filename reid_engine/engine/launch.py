@@ -16,8 +16,10 @@ setting up ``torch.distributed``. Worker failures never leave a job hanging:
   address and the ranks that did not join.
 
 Signals: the launcher of spawned workers passes SIGTERM / SIGUSR1 / SIGINT on to its
-workers (they save a checkpoint after their current step and stop, see
-``engine.preemption``); a second signal stops them at once.
+workers through a shared flag (they save a checkpoint after their current step and stop;
+a worker compiling or evaluating has its main thread signalled by its own watcher of the
+flag, so that the main worker stops at once, see ``engine.preemption``; a worker still
+starting up is never signalled); a second signal stops them at once.
 
 End: a spawned worker whose `main` returned waits for its peers (a barrier), tears the
 process groups down and ends with status 0 without interpreter finalization (see

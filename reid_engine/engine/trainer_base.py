@@ -110,11 +110,15 @@ class TrainerBase:
             h.trainer = weakref.proxy(self)
         self._hooks.extend(hooks)
 
-    def train(self, start_iter: int, max_iter: int) -> None:
+    def train(self, start_iter: int, max_iter: int, hooks_only: bool = False) -> None:
         """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks.
 
+        Args:
+            start_iter, max_iter: the iterations.
+            hooks_only: with ``start_iter == max_iter``, run no step but the hooks' ``before_train``
+                and ``after_train`` of a completed run (a final evaluation a stop signal cut short).
         Raises:
-            ValueError: when ``start_iter >= max_iter``.
+            ValueError: when ``start_iter >= max_iter`` (but for ``hooks_only`` and equal ones).
             ReidUserError: raised inside (a hook, a re-clustering, a loader), logged as one
                 line without its traceback (any other exception is logged with it);
                 DataLoaderWorkerDied for a dead loader worker; TrainingPreempted for a stop
@@ -122,7 +126,7 @@ class TrainerBase:
                 TrainingStopped for a hook's intended early stop (logged at INFO).
         """
         start_iter, max_iter = int(start_iter), int(max_iter)
-        if start_iter >= max_iter:
+        if start_iter >= max_iter and not (hooks_only and start_iter == max_iter):
             raise ValueError(
                 f"nothing to train: start_iter {start_iter} >= max_iter {max_iter} (the run is "
                 "already complete; increase the schedule length or start without --resume)"
@@ -147,7 +151,7 @@ class TrainerBase:
                     self.after_step()
                 self.flush_metrics()  # a bad loss staged in the last steps fails the run here
                 # One past the last step, so hooks can tell a completed run from a failed one.
-                self.iter += 1
+                self.iter = max_iter
             except Exception as e:
                 failure = e if isinstance(e, ReidUserError) else self._worker_death(e)
                 if failure is None:  # a bug, not a user error: keep its traceback

@@ -66,12 +66,14 @@ class BestCheckpointer(HookBase):
             return True
         return value > self.best_metric if self._mode == "max" else value < self.best_metric
 
-    def _best_checking(self) -> None:
+    def _best_checking(self, iteration: Optional[int] = None) -> None:
+        """Look at the metric the evaluation of `iteration` (default: the storage's) wrote."""
         storage = self.trainer.storage
+        iteration = storage.iter if iteration is None else iteration
         entry = storage.latest().get(self._val_metric)
-        if entry is None or entry[1] != storage.iter:
+        if entry is None or entry[1] != iteration:
             logger.warning(f"BestCheckpointer: metric '{self._val_metric}' was not written at iteration "
-                           f"{storage.iter}; is the EvalHook registered before it and the name right?")
+                           f"{iteration}; is the EvalHook registered before it and the name right?")
             return
         value, itr = entry
         if self._improves(value):
@@ -93,12 +95,21 @@ class BestCheckpointer(HookBase):
         if previous and os.path.basename(previous) != f"{self._file_prefix}.pth":
             self._checkpointer.tag_last_checkpoint(os.path.basename(previous))
 
+    def before_train(self):
+        # A value before the first step is the evaluation a stop cut short, which the EvalHook
+        # redid first (a resumed run's storage holds no latest values of its own).
+        entry = self.trainer.storage.latest().get(self._val_metric)
+        if entry is not None:
+            self._best_checking(entry[1])
+
     def after_step(self):
         if periodic_evaluation_due(self.trainer.iter + 1, self._period, self.trainer.max_iter):
             self._best_checking()
 
     def after_train(self):
-        if self.trainer.iter + 1 >= self.trainer.max_iter:
+        # Only after a completed run (iter == max_iter), as the EvalHook's final evaluation:
+        # neither a step that failed nor a stop in the final evaluation left a value to look at.
+        if self.trainer.iter >= self.trainer.max_iter:
             self._best_checking()
 
     def state_dict(self) -> dict:
@@ -126,6 +137,14 @@ class Preemption(HookBase):
     one iteration. A request in
     the last step lets the run complete (its final checkpoint is already written). The
     signal handlers are installed in ``before_train`` and put back in ``after_train``.
+
+    Work that may last minutes (a compiling step, an evaluation) runs in interruptible
+    regions (``engine.preemption.interruptible``): a signal there ends it at once, its owner
+    puts back the state of the last finished iteration and this hook saves that iteration's
+    checkpoint (:meth:`_stop_interrupted`: named as above, ``model_final`` for the last
+    iteration, ``model_start`` for the state before a new run's first step) without any
+    collective, so that the main worker of a job can stop alone. In a job the losses the
+    workers staged since the last write are then not written (gathering them is a collective).
     """
 
     def __init__(self, periodic: PeriodicCheckpointer):
@@ -137,18 +156,24 @@ class Preemption(HookBase):
         self._periodic = periodic
         self._restore = None
         self._noticed = 0
+        self._interrupted = False
         self._agreement = preemption.StopAgreement()
 
     def before_train(self):
         self._noticed = 0
+        self._interrupted = False
         self._agreement = preemption.StopAgreement()
-        self._restore = preemption.install_stop_handlers()
+        self._restore = preemption.install_stop_handlers(on_interrupt=self._stop_interrupted)
 
     def after_train(self):
-        self._agreement.finish()  # the last step's all-reduce, posted on every worker
+        if not self._interrupted:  # an interrupted main worker must not wait for the others
+            self._agreement.finish()  # the last step's all-reduce, posted on every worker
         if self._restore is not None:
             self._restore()
             self._restore = None
+        deferred = preemption.take_deferred_stop()  # a stop in the final evaluation
+        if deferred is not None:
+            raise deferred
 
     def after_step(self):
         local = preemption.requested_signal()
@@ -170,11 +195,32 @@ class Preemption(HookBase):
         comm.synchronize()  # no worker exits (and gets its launcher to stop the others) mid-save
         raise preemption.TrainingPreempted.stopped(signum, iteration, path)
 
-    def _save(self, iteration: int) -> str:
-        """Save this iteration's checkpoint unless the periodic schedule just did; returns its path."""
+    def _stop_interrupted(self, signum: int, iteration: int) -> preemption.TrainingPreempted:
+        """After a signal interrupted a region (a step, an evaluation) and the trainer holds
+        the state of the finished `iteration` again: save its checkpoint, without any
+        collective, and return the error to raise (``preemption.stop_interrupted`` calls this).
+
+        Args:
+            signum: the signal.
+            iteration: the last finished iteration (-1: none yet, a new run's first step).
+        """
+        self._interrupted = True
+        self.trainer.iter = iteration  # the iteration the checkpoint holds: a resume starts after it
+        if comm.get_world_size() == 1:  # a collective in a job, where this worker stops alone
+            self.trainer.flush_metrics()
+        return preemption.TrainingPreempted.stopped(signum, iteration, self._save(iteration, always=True))
+
+    def _save(self, iteration: int, always: bool = False) -> str:
+        """Save this iteration's checkpoint unless the periodic schedule just did (`always`:
+        even then, the state may differ, e.g. by an evaluation still to run); returns its path."""
         periodic = self._periodic
         checkpointer = periodic.checkpointer
-        name = f"{periodic.file_prefix}_{iteration:07d}"
-        if (iteration + 1) % periodic.period != 0:
+        if iteration < 0:
+            name = f"{periodic.file_prefix}_start"
+        elif always and iteration >= self.trainer.max_iter - 1:
+            name = f"{periodic.file_prefix}_final"  # the name the last iteration's checkpoint has
+        else:
+            name = f"{periodic.file_prefix}_{iteration:07d}"
+        if always or (iteration + 1) % periodic.period != 0:
             checkpointer.save(name, iteration=iteration)
         return os.path.join(checkpointer.save_dir, f"{name}.pth")

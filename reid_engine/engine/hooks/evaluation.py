@@ -3,6 +3,7 @@ import logging
 from typing import Callable, Dict, Mapping, Optional
 
 from ...utils import comm
+from .. import preemption
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,21 @@ def periodic_evaluation_due(next_iter: int, period: int, max_iter: int) -> bool:
 class EvalHook(HookBase):
     """Run ``eval_function()`` when ``(iter + 1) % eval_period == 0`` (except at the
     last iteration) and once after training, if training completed. Results (a nested
-    dict of floats) are flattened with ``/`` into the storage."""
+    dict of floats) are flattened with ``/`` into the storage.
+
+    An evaluation may take minutes (a first compiled one recompiles, big galleries): it runs
+    in an interruptible region (``engine.preemption``), so a stop signal ends it at once and
+    the Preemption hook saves the checkpoint of the evaluated iteration, whose weights a
+    finished step left. That checkpoint records the evaluation as pending (this hook's
+    state), and the resumed run does a periodic one first, in ``before_train``, with its
+    results at their own iteration (where the BestCheckpointer looks at them too). A stop in
+    the final evaluation saves ``model_final`` with it pending (``pending`` is then the last
+    iteration): it is done by the ``after_train`` of a run that completes, so a resumed run
+    with nothing left to train must still run its hooks' ``after_train`` (the trainer's part).
+
+    Attributes:
+        pending: the iteration whose evaluation a stop cut short (None: none).
+    """
 
     def __init__(self, eval_period: int, eval_function: Callable[[], Optional[Mapping]]):
         """
@@ -44,10 +59,19 @@ class EvalHook(HookBase):
         """
         self._period = eval_period
         self._func = eval_function
+        self.pending: Optional[int] = None
 
-    def _do_eval(self) -> None:
+    def _do_eval(self, iteration: int) -> None:
+        """Evaluate the weights of the finished `iteration`; a stop signal during it saves
+        that iteration's checkpoint with the evaluation pending and raises TrainingPreempted."""
         self.trainer.flush_metrics()  # a NaN loss stops the run before evaluating its weights
-        results = self._func()
+        try:
+            with preemption.interruptible("the evaluation"):
+                results = self._func()
+        except preemption.StopInterrupt as stop:
+            self.pending = iteration  # in the checkpoint saved now: the resumed run evaluates first
+            raise preemption.stop_interrupted(stop, iteration) from stop
+        self.pending = None
         if results:
             if not isinstance(results, Mapping):
                 raise TypeError(f"EvalHook: eval_function must return a (nested) dict of floats, got "
@@ -63,14 +87,42 @@ class EvalHook(HookBase):
         # Evaluation may take different time on each worker: wait for all of them.
         comm.synchronize()
 
+    def before_train(self):
+        # A periodic evaluation a stop cut short (a final one is after_train's, of a completed run).
+        if self.pending is None or self.pending >= min(self.trainer.start_iter, self.trainer.max_iter - 1):
+            return
+        storage = self.trainer.storage
+        logger.info(f"Evaluating the weights of iteration {self.pending} first: a stop signal cut that "
+                    "evaluation short")
+        storage.iter = self.pending  # its results belong to the iteration evaluated
+        try:
+            self._do_eval(self.pending)
+        finally:
+            storage.iter = self.trainer.start_iter
+
     def after_step(self):
         if periodic_evaluation_due(self.trainer.iter + 1, self._period, self.trainer.max_iter):
-            self._do_eval()
+            self._do_eval(self.trainer.iter)
 
     def after_train(self):
-        # trainer.iter reaches max_iter only when the last step completed (a run that failed
-        # in its last step, e.g. on a NaN loss, is not evaluated).
-        if self.trainer.iter >= self.trainer.max_iter:
-            self._do_eval()
-        # The function is often a closure holding the trainer: release it.
-        self._func = None
+        try:
+            # trainer.iter reaches max_iter only when the last step completed (a run that failed
+            # in its last step, e.g. on a NaN loss, is not evaluated).
+            if self.trainer.iter >= self.trainer.max_iter:
+                self._do_eval(self.trainer.iter - 1)
+        except preemption.TrainingPreempted as stop:
+            # Raised by the Preemption hook after its own after_train: the hooks after this one
+            # (writers, the best checkpoint) still end their training.
+            preemption.defer_stop(stop)
+        finally:
+            # The function is often a closure holding the trainer: release it.
+            self._func = None
+
+    def state_dict(self) -> dict:
+        """``{"pending": iteration}`` while an evaluation a stop cut short is to be done, else {}."""
+        return {"pending": self.pending} if self.pending is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore the pending evaluation."""
+        pending = state_dict.get("pending")
+        self.pending = None if pending is None else int(pending)
