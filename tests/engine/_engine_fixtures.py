@@ -11,6 +11,7 @@ from torch import nn
 
 from reid_engine.config import get_cfg
 from reid_engine.engine.train_loop import HookBase, SimpleTrainer, TrainerBase
+from reid_engine.evaluation.evaluator import DatasetEvaluator
 
 #: the tiny ResNet-18 BoT config of the end-to-end tests
 TINY_CONFIG = os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml")
@@ -150,3 +151,17 @@ def capture_logs(name: str = "reid_engine") -> Iterator[ListHandler]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
+
+
+class CollectFeatures(DatasetEvaluator):
+    """A DatasetEvaluator that keeps every batch's outputs until the end, as the ReID evaluator does;
+    ``evaluate()`` returns {"features": all of them}."""
+
+    def reset(self):
+        self.features = []
+
+    def process(self, inputs, outputs):
+        self.features.append(outputs)
+
+    def evaluate(self):
+        return {"features": torch.cat(self.features)}

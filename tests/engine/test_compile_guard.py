@@ -14,11 +14,18 @@ from reid_engine.engine.compile_guard import CompileFailedError, CompileGuard, i
 from reid_engine.engine.hooks import PreciseBN
 from reid_engine.engine.train_loop import HookBase, SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
-from reid_engine.evaluation.evaluator import DatasetEvaluator
 from reid_engine.modeling.compile import eager_calls
 from reid_engine.utils.compiled import is_compiled
 
-from ._engine_fixtures import ResumableStream, TinyModel, capture_logs, make_batch, make_trainer, one_torch_thread  # noqa: F401
+from ._engine_fixtures import (  # noqa: F401
+    CollectFeatures,
+    ResumableStream,
+    TinyModel,
+    capture_logs,
+    make_batch,
+    make_trainer,
+    one_torch_thread,
+)
 
 STEPS = 9
 
@@ -62,8 +69,11 @@ class PhaseHook(HookBase):
 
 
 def _guarded(trainer, explicit=False, backend="eager", **kwargs):
+    """An auto (or explicit) guard over `trainer`'s model compiled with `backend`; the cost rule is
+    off (these short runs would stay eager by it; tests/engine/test_compile_cost.py covers it)."""
     trainer.model.compile(backend=backend)
     trainer.model.compile_mode = "default"
+    kwargs.setdefault("weigh_cost", False)
     guard = CompileGuard(trainer.model, "default", explicit=explicit, **kwargs)
     trainer.register_hooks([guard])
     trainer.compile_guard = guard
@@ -132,7 +142,7 @@ def test_a_recompile_storm_passes_the_cap_and_auto_falls_back_naming_the_guard()
         trainer.train(0, STEPS)
     assert guard.fell_back and not is_compiled(trainer.model)
     lines = [m for m in logs.messages if "falls back to eager" in m]
-    assert len(lines) == 1 and "3 recompilations after warm-up (more than 2)" in lines[0], logs.messages
+    assert len(lines) == 1 and "3 steps recompiled after warm-up (more than 2)" in lines[0], logs.messages
     assert "`self.phase == 'step4'` failed" in lines[0]  # the guard, from torch's recompile reason
     compiles = len(torch._dynamo.utils.get_compilation_metrics())
     trainer.train(STEPS, STEPS + 2)  # eager now: the storm stopped costing compilations
@@ -141,7 +151,7 @@ def test_a_recompile_storm_passes_the_cap_and_auto_falls_back_naming_the_guard()
 
 def test_a_recompile_storm_fails_an_explicit_mode_in_one_line():
     trainer, _ = _storm_trainer(explicit=True)
-    with pytest.raises(CompileFailedError, match=r"^MODEL.COMPILE default: 3 recompilations .*self.phase == [^\n]*off"):
+    with pytest.raises(CompileFailedError, match=r"^MODEL.COMPILE default: 3 steps recompiled .*self.phase == [^\n]*off"):
         trainer.train(0, STEPS)
 
 
@@ -267,17 +277,6 @@ class FeatureNet(nn.Module):
         return x + self.cam(batch["camids"])
 
 
-class Collect(DatasetEvaluator):
-    def reset(self):
-        self.features = []
-
-    def process(self, inputs, outputs):
-        self.features.append(outputs)
-
-    def evaluate(self):
-        return {"features": torch.cat(self.features)}
-
-
 def _eval_batches(sizes=(4, 4, 3)):
     gen = torch.Generator().manual_seed(0)
     return [{"images": torch.randint(0, 256, (n, 3, 8, 4), generator=gen, dtype=torch.uint8),
@@ -289,10 +288,10 @@ def _eval_batches(sizes=(4, 4, 3)):
 def test_compiled_evaluation_pads_the_last_batch_and_compiles_once(flip):
     torch.manual_seed(0)
     model = FeatureNet()
-    expected = inference_on_dataset(model, _eval_batches(), Collect(), flip_test=flip)["features"]
+    expected = inference_on_dataset(model, _eval_batches(), CollectFeatures(), flip_test=flip)["features"]
     model.compile(backend="eager")
     before = len(torch._dynamo.utils.get_compilation_metrics())
-    features = inference_on_dataset(model, _eval_batches(), Collect(), flip_test=flip)["features"]
+    features = inference_on_dataset(model, _eval_batches(), CollectFeatures(), flip_test=flip)["features"]
     assert features.shape == (11, 4)
     torch.testing.assert_close(features, expected)
     compiles = torch._dynamo.utils.get_compilation_metrics()[before:]
@@ -342,7 +341,8 @@ def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
     cfg.merge_from_file(os.path.join(os.path.dirname(__file__), "..", "e2e", "configs", "tiny_R18.yml"))
     cfg.merge_from_list(["DATASETS.ROOT", data_root, "OUTPUT_DIR", str(tmp_path), "SOLVER.MAX_EPOCH", 1,
                          "TEST.EVAL_PERIOD", 1, "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]",
-                         "TEST.IMS_PER_BATCH", 24, "MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager"])
+                         "TEST.IMS_PER_BATCH", 24, "MODEL.COMPILE", "default", "MODEL.COMPILE_BACKEND", "eager",
+                         "MODEL.COMPILE_SCOPE", "model"])
     trainer = DefaultTrainer(cfg)
     assert trainer.compile_guard.explicit and is_compiled(trainer.model)
     torch._dynamo.utils.clear_compilation_metrics()
@@ -406,7 +406,7 @@ def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monke
             returned.append(out)
             return out
 
-    class Pointers(Collect):
+    class Pointers(CollectFeatures):
         def process(self, inputs, outputs):
             assert all(outputs.data_ptr() != r.data_ptr() for r in returned)
             super().process(inputs, outputs)
@@ -429,7 +429,7 @@ def test_auto_falls_back_when_inductor_finds_no_cpp_compiler(monkeypatch, tmp_pa
     trainer = make_trainer()
     trainer.model.compile()  # inductor
     trainer.model.compile_mode = "default"
-    guard = CompileGuard(trainer.model, "default", explicit=False)
+    guard = CompileGuard(trainer.model, "default", explicit=False, weigh_cost=False)
     trainer.register_hooks([guard])
     trainer.compile_guard = guard
     trainer.train(0, 4)

@@ -2,6 +2,7 @@
 speed; the device is synchronised only at the writers' period; the time of an asynchronous
 step includes the device work it queued."""
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -112,7 +113,47 @@ def test_a_failed_step_keeps_the_times_before_it():
     assert sorted(_timed(trainer)) == [3, 4, 5]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+class ReportsCuda(nn.Module):
+    """A model whose one "parameter" says it lives on cuda:0 (a stub: nothing is allocated)."""
+
+    def parameters(self, recurse=True):
+        yield SimpleNamespace(device=torch.device("cuda", 0))
+
+
+def test_a_cuda_model_s_step_times_include_the_work_its_device_finished_at_synchronisation(monkeypatch):
+    """The CUDA path on the CPU: the timer finds the model's CUDA device and synchronises it
+    (torch.cuda.synchronize stands in: it "finishes" the queued 50 ms per step)."""
+    clock = FakeClock()
+    monkeypatch.setattr(basic, "time", clock)
+    device = {"queued": 0.0, "synchronised": []}
+
+    def synchronize(where=None):
+        device["synchronised"].append(where)
+        clock.now += device["queued"]
+        device["queued"] = 0.0
+
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+
+    class QueueingTrainer(TrainerBase):
+        def __init__(self):
+            super().__init__()
+            self.model = ReportsCuda()
+
+        def run_step(self):
+            clock.now += 0.001  # the host only queues the work
+            device["queued"] += 0.05
+
+    trainer = QueueingTrainer()
+    trainer.register_hooks([hooks.IterationTimer(warmup_iter=2, sync_period=5)])
+    trainer.train(0, 12)
+    times = _timed(trainer)
+    assert sorted(times) == list(range(2, 12))
+    assert sum(times.values()) == pytest.approx(10 * 0.051)  # all of it, and none of the warm-up steps' work
+    assert times[3] == times[4] and times[5] == times[9]  # a span's mean (synchronised after steps 4 and 9)
+    assert device["synchronised"] == [torch.device("cuda", 0)] * 6  # warm-up 0, 1; first timed 2; 4, 9; last 11
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (real queued kernels)")
 def test_cuda_step_time_includes_its_gpu_work():
     device = torch.device("cuda")
     a = torch.randn(4096, 4096, device=device)

@@ -1,9 +1,12 @@
 """Baseline and build_model: normalisation, eval features, training losses, logging."""
+import collections
 import dataclasses
 import logging
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_flatten
 
 from reid_engine.config.run_plan import build_run_plan
 from reid_engine.modeling import META_ARCH_REGISTRY, Baseline, build_model
@@ -149,7 +152,38 @@ def test_flops_are_counted_before_the_model_reaches_the_training_device(monkeypa
     assert next(model.parameters()).device.type == "meta"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+class TensorsOn(TorchFunctionMode):
+    """Counts the tensors that torch calls create on one device type, and their bytes."""
+
+    def __init__(self, device_type: str):
+        super().__init__()
+        self.device_type, self.calls, self.bytes = device_type, collections.Counter(), 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and tensor.device.type == self.device_type:
+                self.calls[getattr(func, "__name__", str(func))] += 1
+                self.bytes += tensor.untyped_storage().nbytes()
+        return out
+
+
+def test_the_model_reaches_its_device_as_one_copy_of_its_weights():
+    """The device-independent half of the CUDA test below ("meta" stands in for the GPU): nothing
+    runs on the training device but one move of each weight (the FLOP trace and the channels_last
+    conversion happen before, on the CPU)."""
+    cfg = tiny_cfg("18x")
+    plan = dataclasses.replace(build_run_plan(cfg), device=torch.device("meta"), channels_last=True)
+    with TensorsOn("meta") as created:
+        model = build_model(cfg, plan)
+    tensors = list(model.parameters()) + list(model.buffers())
+    conv = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert created.calls == {"to": len(tensors)}
+    assert created.bytes == sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the real allocator's peak)")
 def test_building_on_cuda_leaves_only_the_weights_in_gpu_memory():
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

@@ -225,7 +225,15 @@ def test_printer_shows_memory_for_the_training_device_not_the_machine(caplog_rei
     assert "max_mem" not in _one_printed_line(CommonMetricPrinter(max_iter=10, device="cpu"), caplog_reid)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_printer_shows_the_peak_memory_of_the_cuda_training_device(caplog_reid, monkeypatch):
+    """The CUDA path on the CPU: the peak of the training device (not the current one), in MiB."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: asked.append(device) or 812 << 20)
+    line = _one_printed_line(CommonMetricPrinter(max_iter=10, device="cuda:1"), caplog_reid)
+    assert line.endswith("  max_mem: 812M") and asked == [torch.device("cuda", 1)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the real allocator's peak)")
 def test_printer_shows_peak_cuda_memory_for_a_cuda_run(caplog_reid):
     keep = torch.empty(1 << 20, device="cuda")  # 4 MB
     line = _one_printed_line(CommonMetricPrinter(max_iter=10, device="cuda"), caplog_reid)
