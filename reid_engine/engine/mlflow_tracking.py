@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 
 from ..config import CfgNode, ConfigError
 from ..utils.errors import MissingPackageError, ReidUserError
-from ..utils.events import EventWriter, _collect_new_scalars, get_event_storage
+from ..utils.events import EventWriter, collect_new_scalars, get_event_storage
 from ..utils.file_io import atomic_write_text
 from ..utils.urls import mask_password, sqlite_file
 from . import preemption
@@ -412,7 +412,7 @@ class MLflowWriter(EventWriter):
         with self._guard("logging metrics"):
             if self._run_id is None:
                 self._start()
-            new = _collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
+            new = collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
             if not new:
                 return
             from mlflow.entities import Metric

@@ -23,6 +23,7 @@ from .file_io import RecordFile, write_failure
 from .scalar_history import windowed_median
 
 __all__ = [
+    "collect_new_scalars",
     "EventStorage",
     "get_event_storage",
     "EventWriter",
@@ -43,8 +44,18 @@ class EventWriter:
         """Release files or other resources; the default does nothing."""
 
 
-def _collect_new_scalars(storage: EventStorage, window: int, last_write: int) -> Dict[int, Dict[str, float]]:
-    """Group the (smoothed) latest scalars written after ``last_write`` by iteration."""
+def collect_new_scalars(storage: EventStorage, window: int, last_write: int) -> Dict[int, Dict[str, float]]:
+    """The (smoothed) latest scalars written after iteration `last_write`, grouped by iteration.
+
+    Shared by the writers that send every new scalar once (JSON, TensorBoard, MLflow).
+
+    Args:
+        storage: the run's event storage.
+        window: the smoothing window of scalars whose hint asks for smoothing.
+        last_write: the last iteration already written.
+    Returns:
+        {iteration: {name: value}}, in iteration order.
+    """
     by_iter: Dict[int, Dict[str, float]] = defaultdict(dict)
     for name, (value, itr) in storage.latest_with_smoothing_hint(window).items():
         if itr > last_write:
@@ -91,7 +102,7 @@ class JSONWriter(EventWriter):
             FileWriteError: the disk is full (or another write failure): one line naming
                 the file, the free space and the iterations whose records are not in it.
         """
-        new = _collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
+        new = collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
         if not new:
             return
         lines = "".join(json.dumps({**scalars, "iteration": itr}, sort_keys=True) + "\n" for itr, scalars in new.items())
@@ -166,7 +177,7 @@ class TensorboardXWriter(EventWriter):
                 the file, the free space and the iterations whose events are not in it.
         """
         storage = get_event_storage()
-        new = _collect_new_scalars(storage, self._window_size, self._last_write)
+        new = collect_new_scalars(storage, self._window_size, self._last_write)
         if not (new or storage.images or storage.histograms):
             return
         events = self._events(storage, new)
