@@ -138,21 +138,3 @@ def test_cuhk03_equals_standard_with_one_image_per_pid():
     standard = evaluate_rank(dist, q_pids, g_pids, q_cams, g_cams, max_rank=8)
     sgs = evaluate_rank(dist, q_pids, g_pids, q_cams, g_cams, max_rank=8, use_cuhk03=True)
     np.testing.assert_allclose(sgs[0], standard[0])
-
-
-@pytest.mark.parametrize("fraction", [0.0, 1.0])
-def test_packed_and_full_block_paths_agree(monkeypatch, fraction):
-    """Both ways of ranking a block (packed candidates / full block) give the oracle's values."""
-    import reid_engine.evaluation.rank as rank_module
-
-    monkeypatch.setattr(rank_module, "COMPACT_MAX_FRACTION", fraction)
-    expected = evaluate_rank(DIST, Q_PIDS, G_PIDS, Q_CAMS, G_CAMS, max_rank=10)
-    for seed in range(3):
-        dist, qp, gp, qc, gc = _random_case(seed)
-        dist[:, ::3] += 10.0  # many items beyond the last match
-        oracle = protocol_metrics(dist, qp, gp, qc, gc)
-        got = evaluate_rank(dist, qp, gp, qc, gc, chunk_size=8)
-        np.testing.assert_allclose(got[0], oracle[0], atol=1e-12)
-        assert got[1] == pytest.approx(oracle[1], abs=1e-12) and got[2] == pytest.approx(oracle[2], abs=1e-12)
-    test_hand_computed_case()
-    assert expected[1] == pytest.approx((0.45 + 1 / 3 + 0.45) / 3, abs=1e-12)
