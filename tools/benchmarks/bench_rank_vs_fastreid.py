@@ -27,18 +27,15 @@ import importlib.util
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
 import torch
 from bench_evaluation import SIZES, make_split  # the benchmark's random identity-structured split
+from bench_shared_cores import busy_processes
 
 from reid_engine.evaluation import evaluate_rank, iter_distance_chunks
 from reid_engine.evaluation import rank as rank_module
-
-BUSY = "import os, sys; os.nice(int(sys.argv[1]))\nwhile True: pass\n"
 
 
 def load_rank_cy(path: str):
@@ -69,13 +66,6 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def start_load(count: int, nice: int):
-    """Start `count` busy single-threaded processes; the caller stops them."""
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY, str(nice)]) for _ in range(count)]
-    time.sleep(1.0 if procs else 0.0)  # let them reach the scheduler's steady state
-    return procs
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fastreid-rank-cy", required=True, help="path of fast-reid's compiled rank_cy*.so")
@@ -104,18 +94,14 @@ def main():
     }
     results = {name: fn() for name, fn in runs.items()}  # warm-up, and the metrics compared below
     times = {name: [] for name in runs}
-    procs = start_load(args.load, args.load_nice)
-    try:
+    with busy_processes(args.load, args.load_nice):
+        time.sleep(1.0 if args.load else 0.0)  # let them reach the scheduler's steady state
         for r in range(args.rounds):
             for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
                 start = time.perf_counter()
                 runs[name]()
                 times[name].append(time.perf_counter() - start)
         load_seen = os.getloadavg()[0]
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
     for name, values in times.items():
         print(f"  {name:17s} median {statistics.median(values):.3f} s   "

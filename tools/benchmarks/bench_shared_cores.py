@@ -22,6 +22,7 @@ quiet median of the same policy (the issue's target: at most 2.5x in every windo
 """
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import statistics
@@ -29,11 +30,32 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, Iterator, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
-BUSY = "import os; os.nice(5)\nwhile True: pass\n"
+# A busy single-threaded Python process at the nice value of its argument.
+BUSY = "import os, sys; os.nice(int(sys.argv[1]))\nwhile True: pass\n"
+
+
+@contextlib.contextmanager
+def busy_processes(count: int, nice: int = 5) -> Iterator[List[subprocess.Popen]]:
+    """`count` busy single-threaded processes at `nice` while the block runs (the load of a
+    shared machine); they are killed when it ends.
+
+    Args:
+        count: how many (0: none).
+        nice: their nice value.
+    Yields:
+        the processes.
+    """
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY, str(nice)]) for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def _placer(placement: str, cgroup: str):
@@ -84,14 +106,9 @@ def run_once(args, output_dir: str, policy: str, threads: str, loaded: bool, pla
     cmd = [sys.executable, os.path.join(ROOT, "tools", "train_net.py"), "--config-file", args.config,
            "DATASETS.ROOT", args.data_root, "OUTPUT_DIR", output_dir, "SOLVER.MAX_EPOCH", str(args.epochs),
            "TEST.EVAL_PERIOD", "1000", "DATASETS.TESTS", "()", "SOLVER.CHECKPOINT_PERIOD", "1000"]
-    busy = subprocess.Popen([sys.executable, "-c", BUSY]) if loaded else None
-    try:
+    with busy_processes(1 if loaded else 0):
         subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
-    finally:
-        if busy is not None:
-            busy.kill()
-            busy.wait()
     times = []
     with open(os.path.join(output_dir, "metrics.json")) as f:
         for line in f:
