@@ -19,7 +19,8 @@ from .config import ConfigError
 
 __all__ = [
     "PURPOSES", "COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode",
-    "resolve_compile_mode", "compile_decision", "compile_scope_decision", "CHANNELS_LAST_CHOICES", "use_channels_last",
+    "resolve_compile_mode", "compile_decision", "compile_scope_decision", "freezes_layers",
+    "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "AmpDecision", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
     "loader_workers", "cpu_threads",
@@ -104,6 +105,12 @@ def compile_decision(purpose: str, value, device: torch.device, architecture=Non
         # pay the compilation without that guard.
         return "off", "auto: an evaluation pass runs eager"
     return resolve_compile_mode(value, device, architecture)
+
+
+def freezes_layers(cfg) -> bool:
+    """Whether the run starts with frozen layers: SOLVER.FREEZE_ITERS with MODEL.FREEZE_LAYERS
+    (the trainer then adds its LayerFreeze hook, and ``auto`` compiles blocks)."""
+    return cfg.SOLVER.FREEZE_ITERS > 0 and len(cfg.MODEL.FREEZE_LAYERS) > 0
 
 
 def compile_scope_decision(value, mode: str, freezes: bool = False) -> Tuple[str, str]:

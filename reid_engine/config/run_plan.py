@@ -37,6 +37,7 @@ from .plan_rules import (
     compile_scope_decision,
     cpu_threads,
     device_augment_decision,
+    freezes_layers,
     loader_workers,
     normalize_compile_mode,
     reordered_keys,
@@ -52,7 +53,7 @@ __all__ = [
     "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
-    "loader_workers",
+    "freezes_layers", "loader_workers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -153,11 +154,6 @@ def _architecture(name: str):
     return registry.get(name) if registry is not None and name in registry.names() else None
 
 
-def _freezes(cfg) -> bool:
-    """Whether the run starts with frozen layers (SOLVER.FREEZE_ITERS with MODEL.FREEZE_LAYERS)."""
-    return cfg.SOLVER.FREEZE_ITERS > 0 and len(cfg.MODEL.FREEZE_LAYERS) > 0
-
-
 def _device_reason(setting) -> str:
     text = str(setting).strip().lower()
     if text == "auto":
@@ -182,7 +178,7 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     reasons["channels_last"] = f"MODEL.CHANNELS_LAST {cfg.MODEL.CHANNELS_LAST}"
     check_choice(cfg.MODEL.COMPILE_BACKEND, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
     mode, reasons["compile_mode"] = compile_decision(purpose, cfg.MODEL.COMPILE, device, architecture)
-    scope, reasons["compile_scope"] = compile_scope_decision(cfg.MODEL.COMPILE_SCOPE, mode, _freezes(cfg))
+    scope, reasons["compile_scope"] = compile_scope_decision(cfg.MODEL.COMPILE_SCOPE, mode, freezes_layers(cfg))
     augment, reasons["device_augment"] = device_augment_decision(cfg, device.type)
     workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
@@ -208,7 +204,7 @@ def _plan_key(cfg, purpose: str, architecture) -> tuple:
                os.environ.get("OMP_NUM_THREADS", ""))
     return (purpose, architecture, machine, str(cfg.MODEL.DEVICE), bool(cfg.SOLVER.AMP.ENABLED), str(cfg.SOLVER.AMP.DTYPE),
             str(cfg.MODEL.CHANNELS_LAST), str(cfg.MODEL.COMPILE), str(cfg.MODEL.COMPILE_BACKEND),
-            str(cfg.MODEL.COMPILE_SCOPE), _freezes(cfg),
+            str(cfg.MODEL.COMPILE_SCOPE), freezes_layers(cfg),
             str(inp.DEVICE_AUGMENT), batched_op_names(cfg), reordered_keys(cfg), int(cfg.DATALOADER.NUM_WORKERS))
 
 

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 import torch
 
 from ..config import CfgNode
-from ..config.run_plan import RunPlan, build_run_plan
+from ..config.run_plan import RunPlan, build_run_plan, freezes_layers
 from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
 from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
@@ -255,7 +255,7 @@ class DefaultTrainer(TrainerBase):
                     cfg.TEST.PRECISE_BN.NUM_ITER,
                 )
             )
-        if cfg.SOLVER.FREEZE_ITERS > 0 and len(cfg.MODEL.FREEZE_LAYERS) > 0:
+        if freezes_layers(cfg):
             ret.append(hooks.LayerFreeze(self.model, cfg.MODEL.FREEZE_LAYERS, cfg.SOLVER.FREEZE_ITERS))
 
         def test_and_save_results():
