@@ -34,6 +34,7 @@ from reid_engine.config.run_plan import (
     resolve_compile_mode,
 )
 from reid_engine.utils.comm import unwrap_model
+from reid_engine.utils.compiled import compiled_modules
 from reid_engine.utils.registry import check_choice
 
 __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode", "resolve_compile_mode",
@@ -43,6 +44,7 @@ __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_com
 #: graph variants one block class may compile (shapes of each stage, first blocks with a
 #: downsample, train / eval, with / without gradients); dynamo's default of 8 is for whole models
 BLOCK_RECOMPILE_LIMIT = 64
+
 
 def compile_model(model: nn.Module, mode: str, backend: str = "inductor", scope: str = "model") -> nn.Module:
     """Compile `model` in place (nn.Module.compile), so state_dict keys keep their eager names.
@@ -118,12 +120,6 @@ def _is_block(module: nn.Module) -> bool:
     if type(module).__module__.startswith("torch."):
         return False
     return next(module.parameters(), None) is not None
-
-
-def compiled_modules(model: nn.Module) -> List[nn.Module]:
-    """The modules of `model` (DDP-wrapped or not) that :func:`compile_model` compiled: its blocks, or itself."""
-    inner = unwrap_model(model)
-    return list(getattr(inner, "compiled_regions", None) or [inner])
 
 
 _EAGER_PATCHED = set()

@@ -8,12 +8,15 @@ call must clone it, and each training or evaluation step starts with
 dead (its own rule, "a new compiled call with no backward pending", misses a forward that runs
 without a backward, such as evaluation with two calls per batch).
 """
+from typing import List
+
 import torch
 from torch import nn
 
 from .comm import unwrap_model
 
-__all__ = ["CUDA_GRAPH_MODES", "is_compiled", "uses_cuda_graphs", "mark_step_begin", "kept_output"]
+__all__ = ["CUDA_GRAPH_MODES", "CUDA_GRAPH_DEVICES", "is_compiled", "compiled_modules", "uses_cuda_graphs",
+           "mark_step_begin", "kept_output"]
 
 #: torch.compile modes that run the compiled graphs in CUDA graphs (on CUDA devices)
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -30,10 +33,20 @@ def is_compiled(model: nn.Module) -> bool:
     Returns:
         True when the module (or its repeated blocks) was compiled in place and not turned back to eager.
     """
+    return any(getattr(m, "_compiled_call_impl", None) is not None for m in compiled_modules(model))
+
+
+def compiled_modules(model: nn.Module) -> List[nn.Module]:
+    """The modules of `model` (DDP-wrapped or not) that ``modeling.compile.compile_model``
+    compiles: its repeated blocks (recorded on the model as ``compiled_regions``), or itself.
+
+    Args:
+        model: a model, wrapped or not.
+    Returns:
+        the modules whose calls run compiled when the model is compiled.
+    """
     inner = unwrap_model(model)
-    # compiled whole, or its repeated blocks (modeling.compile_model records them on the model)
-    modules = getattr(inner, "compiled_regions", None) or [inner]
-    return any(getattr(m, "_compiled_call_impl", None) is not None for m in modules)
+    return list(getattr(inner, "compiled_regions", None) or [inner])
 
 
 def uses_cuda_graphs(model: nn.Module) -> bool:
