@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 
 from ..modeling.compile import inductor_cache_dir
 from ..utils.comm import unwrap_model
+from ..utils.file_io import atomic_write_text
 
 __all__ = ["CompileEstimate", "DEFAULT_COMPILE_S", "DEFAULT_SPEEDUP", "recipe_key", "estimate", "record",
            "expected_saving", "pays_off", "describe", "records_path"]
@@ -56,20 +56,20 @@ class CompileEstimate:
     source: str
 
 
-def recipe_key(model: nn.Module, mode: str, scope: str, device: torch.device, detail: str = "") -> str:
+def recipe_key(model: nn.Module, device: torch.device, detail: str = "") -> str:
     """A short key naming what a compilation depends on.
 
     Args:
-        model: the model (DDP-wrapped or not); its structure (module tree with every layer's
-            shape) is part of the key.
-        mode: the torch.compile mode.
-        scope: "model" or "blocks".
+        model: the model compiled by ``modeling.compile.compile_model`` (DDP-wrapped or not):
+            its structure (module tree with every layer's shape) and the ``compile_mode`` and
+            ``compile_scope`` recorded on it are part of the key.
         device: the training device (its name is part of the key: another GPU compiles differently).
         detail: further facts that change the graphs (input shape, batch size, precision).
     Returns:
         a hex digest.
     """
     inner = unwrap_model(model)
+    mode, scope = getattr(inner, "compile_mode", "off"), getattr(inner, "compile_scope", "model")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     text = "\n".join([repr(inner), mode, scope, device_name, torch.__version__, detail])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -120,12 +120,8 @@ def record(key: str, compile_s: float, speedup: float) -> None:
     records[key] = {"compile_s": round(float(compile_s), 2), "speedup": round(float(speedup), 3), "runs": runs}
     path = records_path()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".compile_records.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(records, f, indent=1)
-        os.replace(tmp, path)
-    except OSError as e:
+        atomic_write_text(path, json.dumps(records, indent=1))
+    except OSError as e:  # FileWriteError included: the run goes on without its record
         logger.info("Compile: could not keep the compile record in %s (%s)", path, e)
 
 

@@ -304,7 +304,7 @@ class DefaultTrainer(TrainerBase):
         if cfg is not None and mode != "off":
             detail = (f"input {tuple(cfg.INPUT.SIZE_TRAIN)}, batch {cfg.SOLVER.IMS_PER_BATCH // comm.get_world_size()}, "
                       f"autocast {plan.autocast_dtype}, channels_last {plan.channels_last}")
-            recipe = compile_cost.recipe_key(model, mode, getattr(model, "compile_scope", "model"), plan.device, detail)
+            recipe = compile_cost.recipe_key(model, plan.device, detail)
         weigh = bool(cfg.MODEL.COMPILE_WEIGH_COST) if cfg is not None else True
         return CompileGuard(model, mode, explicit=plan.compile_explicit, recipe=recipe, weigh_cost=weigh)
 

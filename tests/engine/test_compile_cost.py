@@ -78,14 +78,21 @@ def test_estimate_uses_defaults_then_the_record_of_an_earlier_run(tmp_path):
     assert "defaults" in compile_cost.estimate("k", "cuda").source
 
 
+def _compiled_as(model, mode, scope):
+    """`model` with the compile mode and scope compile_model records on a model."""
+    model.compile_mode, model.compile_scope = mode, scope
+    return model
+
+
 def test_recipe_key_changes_with_the_model_mode_scope_and_detail():
     cpu = torch.device("cpu")
-    a = compile_cost.recipe_key(TinyModel(), "reduce-overhead", "blocks", cpu, "input (256, 128)")
-    assert a == compile_cost.recipe_key(TinyModel(), "reduce-overhead", "blocks", cpu, "input (256, 128)")
-    assert a != compile_cost.recipe_key(TinyModel(with_bn=False), "reduce-overhead", "blocks", cpu, "input (256, 128)")
-    assert a != compile_cost.recipe_key(TinyModel(), "default", "blocks", cpu, "input (256, 128)")
-    assert a != compile_cost.recipe_key(TinyModel(), "reduce-overhead", "model", cpu, "input (256, 128)")
-    assert a != compile_cost.recipe_key(TinyModel(), "reduce-overhead", "blocks", cpu, "input (384, 128)")
+    a = compile_cost.recipe_key(_compiled_as(TinyModel(), "reduce-overhead", "blocks"), cpu, "input (256, 128)")
+    assert a == compile_cost.recipe_key(_compiled_as(TinyModel(), "reduce-overhead", "blocks"), cpu, "input (256, 128)")
+    assert a != compile_cost.recipe_key(_compiled_as(TinyModel(with_bn=False), "reduce-overhead", "blocks"), cpu,
+                                        "input (256, 128)")
+    assert a != compile_cost.recipe_key(_compiled_as(TinyModel(), "default", "blocks"), cpu, "input (256, 128)")
+    assert a != compile_cost.recipe_key(_compiled_as(TinyModel(), "reduce-overhead", "model"), cpu, "input (256, 128)")
+    assert a != compile_cost.recipe_key(_compiled_as(TinyModel(), "reduce-overhead", "blocks"), cpu, "input (384, 128)")
 
 
 def test_a_short_run_stays_eager_without_compiling():
