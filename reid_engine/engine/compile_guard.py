@@ -170,6 +170,7 @@ class CompileGuard(HookBase):
         self._resumed_state: dict = {}
         self._eager_step: Optional[float] = None  # median eager step of the last comparison
         self._compiled_step: Optional[float] = None
+        self._logged_summary = ""  # the last summary line logged (the same one is not repeated)
 
     @property
     def _eager_steps(self) -> int:
@@ -344,7 +345,7 @@ class CompileGuard(HookBase):
         if not self._eager_times:  # an explicit mode: the figures only
             self._log_summary()
             return
-        eager = self._eager_step = statistics.median(self._eager_times[1:] or self._eager_times)
+        eager = self._eager_step = self._eager_median()
         if self.recipe and comm.get_local_rank() == 0:
             compile_cost.record(self.recipe, self.compile_seconds, eager / compiled if compiled > 0 else 1.0)
         if compiled > eager:
@@ -354,12 +355,16 @@ class CompileGuard(HookBase):
                         "eager (%.2fx)", self.mode, compiled, eager, eager / compiled if compiled > 0 else float("inf"))
             self._log_summary()
 
+    def _eager_median(self) -> float:
+        """The median eager step of the comparison (its first step, a warm-up, left out)."""
+        return statistics.median(self._eager_times[1:] or self._eager_times)
+
     def _compile_pays(self) -> bool:
         """Under auto, before the first compiled step: whether compiling is expected to pay for
         itself in the iterations left; if not, the model stays eager (one log line either way)."""
         if self.explicit or not self.weigh_cost or self.trainer is None or self.estimate is not None:
             return True
-        eager = self._eager_step = statistics.median(self._eager_times[1:] or self._eager_times)
+        eager = self._eager_step = self._eager_median()
         remaining = int(self.trainer.max_iter) - int(self.trainer.iter)
         device = next(self.model.parameters()).device.type
         self.estimate = compile_cost.estimate(self.recipe, device)
@@ -382,8 +387,9 @@ class CompileGuard(HookBase):
                 "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None}
 
     def _log_summary(self) -> None:
+        """Log the summary line, unless it is the one logged last."""
         text = json.dumps(self.summary())
-        if text != getattr(self, "_logged_summary", None):
+        if text != self._logged_summary:
             self._logged_summary = text
             logger.info("Compile summary: %s", text)
 
