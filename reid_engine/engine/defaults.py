@@ -185,17 +185,16 @@ class DefaultTrainer(TrainerBase):
         Returns:
             the last evaluation results on the main process (else None).
         """
-        if self.start_iter >= self.max_iter and self._final_evaluation_pending():
-            logger.info("The run is complete but a stop signal cut its final evaluation short: evaluating it now")
-            super().train(self.start_iter, self.max_iter, hooks_only=True)
-            return self._checked_results()
-        if self.start_iter >= self.max_iter:  # --resume of a finished run
+        complete = self.start_iter >= self.max_iter  # --resume of a finished run
+        if complete and not self._final_evaluation_pending():
             final = os.path.join(self.cfg.OUTPUT_DIR, "model_final.pth")
             raise UsageError(f"nothing to train: the run in {self.cfg.OUTPUT_DIR} is already complete (iteration "
                              f"{self.start_iter} of {self.max_iter}); to train longer, --resume with a larger "
                              f"SOLVER.MAX_EPOCH (now {self.cfg.SOLVER.MAX_EPOCH}); to evaluate it, --eval-only "
                              f"MODEL.WEIGHTS {final}")
-        super().train(self.start_iter, self.max_iter)
+        if complete:
+            logger.info("The run is complete but a stop signal cut its final evaluation short: evaluating it now")
+        super().train(self.start_iter, self.max_iter, hooks_only=complete)
         return self._checked_results()
 
     def _final_evaluation_pending(self) -> bool:
