@@ -103,10 +103,8 @@ DEFAULT_BUDGET = 470.0
 # sum to 30 + 90 + 60 + 120 + 60 + 120 = 480 s, more than the budget only on a bare machine that
 # must also generate the data; the families fill what is left.
 DEFAULT_CAPS = {"env": 30, "data": 90, "bot_eager": 60, "bot_auto": 120, "bot_auto_warm": 60, "bot_auto_blocks": 120,
-                "fastreid": 120,
-                "cuda_tests": 100,
-                "family": 90, "family:bagtricks_vit": 120, "family:kd-sbs_R101-ibn-sbs_R34": 120,
-                "family:mars": 120, "fake": 60}
+                "fastreid": 120, "cuda_tests": 100, "family": 90, "family:bagtricks_vit": 120,
+                "family:kd-sbs_R101-ibn-sbs_R34": 120, "family:mars": 120, "fake": 60}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -601,7 +599,11 @@ def format_table(rows: List[dict]) -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write a file through a temporary one, so the packer never reads half of it."""
+    """Write a file through a temporary one, so the packer never reads half of it.
+
+    Not utils.file_io.atomic_write_text: the script imports no reid_engine module before a
+    run is read, so that it still reports (the env row) on a machine where the package cannot
+    be imported, and its results are written before any of it is."""
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
