@@ -34,6 +34,8 @@ CASES = [
     # speed switches
     ("SOLVER.AMP.DTYPE", "fp8", "choose one of auto, float16"),
     ("MODEL.CHANNELS_LAST", "yes", "choose one of auto, on, off"),
+    ("MODEL.COMPILE_SCOPE", "layers", "choose one of auto, model, blocks"),
+    ("MODEL.COMPILE_WEIGH_COST", "maybe", "expects bool"),
     # fault handling
     ("DATALOADER.ON_BAD_IMAGE", "ignore", "choose one of error, skip"),
 ]
