@@ -14,7 +14,7 @@ import logging
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..config import ConfigError
-from ..engine.hooks import periodic_evaluation_due
+from ..engine.hooks import EvalHook, periodic_evaluation_due
 from ..engine.trainer_base import HookBase, TrainingStopped
 from ..utils import comm
 
@@ -50,16 +50,20 @@ class TrialReporter(HookBase):
     shares the decision.
     """
 
-    def __init__(self, open_trial: Callable[[], object], metric: str, eval_period: int):
+    def __init__(self, open_trial: Callable[[], object], metric: str, eval_period: int,
+                 evaluation: Optional[EvalHook] = None):
         """
         Args:
             open_trial: returns the ``optuna.trial.Trial`` to report to (main worker only).
             metric: the objective metric (see :func:`resolve_metric`).
             eval_period: iterations between evaluations, the evaluation hook's period (0: only the final one).
+            evaluation: the run's evaluation hook, registered before this one: a resumed run's
+                evaluation that a stop signal had cut short, which it redoes first, is reported too.
         """
         self._open_trial = open_trial
         self._metric = metric
         self._period = int(eval_period)
+        self._evaluation = evaluation
         self._trial = None
         #: (step, value) of every evaluation reported in this attempt
         self.reported: List[Tuple[int, float]] = []
@@ -67,6 +71,9 @@ class TrialReporter(HookBase):
     def before_train(self) -> None:
         if comm.is_main_process() and self._trial is None:
             self._trial = self._open_trial()
+        redone = self._evaluation.redone if self._evaluation is not None else None
+        if redone is not None:  # the evaluation hook's before_train just did it
+            self._report(redone + 1, may_prune=True, written_at=redone)
 
     def after_step(self) -> None:
         next_iter = self.trainer.iter + 1
@@ -78,11 +85,14 @@ class TrialReporter(HookBase):
             self._report(self.trainer.max_iter, may_prune=False)
         self._open_trial = None  # often a closure over the study: release it with the trainer
 
-    def _report(self, step: int, may_prune: bool) -> None:
-        """Report on the main worker, then have every worker act on its decision."""
+    def _report(self, step: int, may_prune: bool, written_at: Optional[int] = None) -> None:
+        """Report on the main worker, then have every worker act on its decision.
+
+        `written_at` is the storage iteration of the evaluation's results (default: the current one).
+        """
         decision: Dict[str, object] = {"prune": False, "value": None, "error": None}
         if comm.is_main_process():
-            decision = self._decide(step, may_prune)
+            decision = self._decide(step, may_prune, self.trainer.storage.iter if written_at is None else written_at)
         decision = comm.all_gather(decision)[0]  # the main worker's, on every worker
         if decision["error"]:
             raise ConfigError(decision["error"])
@@ -91,11 +101,11 @@ class TrialReporter(HookBase):
             raise TrainingPruned(f"trial pruned ({self._metric} {decision['value']:.4g} after {step} iterations "
                                  "is not promising enough for the study's pruner)", iteration=self.trainer.iter)
 
-    def _decide(self, step: int, may_prune: bool) -> Dict[str, object]:
-        """Read the metric this step's evaluation wrote, report it, and ask the pruner."""
-        storage = self.trainer.storage
-        results = {name: value for name, (value, itr) in storage.latest().items()
-                   if itr == storage.iter and "/" in name}  # the flattened results of this evaluation
+    def _decide(self, step: int, may_prune: bool, written_at: int) -> Dict[str, object]:
+        """Read the metric the evaluation wrote at storage iteration `written_at`, report it for
+        `step`, and ask the pruner."""
+        results = {name: value for name, (value, itr) in self.trainer.storage.latest().items()
+                   if itr == written_at and "/" in name}  # the flattened results of this evaluation
         name = resolve_metric(self._metric, sorted(results))
         if name is None:
             existing = ", ".join(sorted(results)) or "none"

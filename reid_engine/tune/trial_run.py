@@ -42,6 +42,7 @@ import torch.multiprocessing as mp
 from ..config import CfgNode
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer
+from ..engine.hooks import EvalHook
 from ..engine.launch import launch
 from ..engine.preemption import TrainingPreempted, signal_name
 from ..utils import comm
@@ -137,8 +138,9 @@ class TrialTrainer(DefaultTrainer):
     def build_hooks(self) -> list:
         """The default hooks, then the trial's reporter (it reads what this step's evaluation wrote)."""
         ret = super().build_hooks()
+        evaluation = next((h for h in ret if isinstance(h, EvalHook)), None)
         self.reporter = TrialReporter(self.trial_ref.open, self.trial_ref.metric,
-                                      self.cfg.TEST.EVAL_PERIOD * self.iters_per_epoch)
+                                      self.cfg.TEST.EVAL_PERIOD * self.iters_per_epoch, evaluation)
         ret.append(self.reporter)
         return ret
 

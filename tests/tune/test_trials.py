@@ -323,6 +323,27 @@ def test_reporter_names_the_metrics_that_exist_when_the_objective_is_missing():
     assert trial.reports == [(2, 0.5), (4, 0.5), (6, 0.5)]  # periodic, then the final one at max_iter
 
 
+def test_reporter_reports_the_cut_short_evaluation_a_resumed_run_redoes_first():
+    values = iter([0.25, 0.5, 0.75])
+
+    def evaluate():
+        return {"Test": {"mAP": next(values)}}
+
+    evaluation = hooks.EvalHook(2, evaluate)
+    evaluation.load_state_dict({"pending": 3})  # a stop cut the evaluation after iteration 4 short
+    trial, trainer = _FakeTrial(), make_trainer()
+    trainer.register_hooks([evaluation, TrialReporter(lambda: trial, "mAP", eval_period=2, evaluation=evaluation)])
+    trainer.train(4, 8)
+    assert evaluation.redone == 3 and evaluation.pending is None
+    assert trial.reports == [(4, 0.25), (6, 0.5), (8, 0.75)]  # the redone one, then as usual
+
+    trial, trainer = _FakeTrial(), make_trainer()
+    plain = hooks.EvalHook(2, lambda: {"Test": {"mAP": 0.5}})
+    trainer.register_hooks([plain, TrialReporter(lambda: trial, "mAP", eval_period=2, evaluation=plain)])
+    trainer.train(4, 8)
+    assert plain.redone is None and trial.reports == [(6, 0.5), (8, 0.5)]  # nothing pending, nothing extra
+
+
 def test_an_intended_stop_is_one_info_line(caplog):
     class Enough(TrainingStopped):
         pass

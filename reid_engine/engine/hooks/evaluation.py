@@ -48,6 +48,8 @@ class EvalHook(HookBase):
 
     Attributes:
         pending: the iteration whose evaluation a stop cut short (None: none).
+        redone: the iteration whose cut-short evaluation this run did first, in
+            ``before_train`` (None: none), for hooks that report evaluations (a trial's pruner).
     """
 
     def __init__(self, eval_period: int, eval_function: Callable[[], Optional[Mapping]]):
@@ -60,6 +62,7 @@ class EvalHook(HookBase):
         self._period = eval_period
         self._func = eval_function
         self.pending: Optional[int] = None
+        self.redone: Optional[int] = None
 
     def _do_eval(self, iteration: int) -> None:
         """Evaluate the weights of the finished `iteration`; a stop signal during it saves
@@ -95,10 +98,12 @@ class EvalHook(HookBase):
         logger.info(f"Evaluating the weights of iteration {self.pending} first: a stop signal cut that "
                     "evaluation short")
         storage.iter = self.pending  # its results belong to the iteration evaluated
+        redone = self.pending
         try:
-            self._do_eval(self.pending)
+            self._do_eval(redone)
         finally:
             storage.iter = self.trainer.start_iter
+        self.redone = redone
 
     def after_step(self):
         if periodic_evaluation_due(self.trainer.iter + 1, self._period, self.trainer.max_iter):
