@@ -14,12 +14,14 @@ from torch.utils.data import Dataset
 
 from ..utils.errors import ReidUserError
 
-__all__ = ["ImageReadError", "read_image", "ImageItemSet", "TrainImageSet", "sample_rng", "BAD_IMAGE_POLICIES"]
+__all__ = ["ImageReadError", "read_image", "decode_scale", "ImageItemSet", "TrainImageSet", "sample_rng", "BAD_IMAGE_POLICIES"]
 
 Item = Tuple[str, int, int]  # (img_path, pid, camid)
 
 #: DATALOADER.ON_BAD_IMAGE: stop with an error naming the file, or train on with another image of its identity
 BAD_IMAGE_POLICIES = ("error", "skip")
+#: the ``Image.info`` entry in which :func:`read_image` records a reduced-scale (draft) decode
+_DECODE_SCALE = "reid_engine_decode_scale"
 
 
 class ImageReadError(ReidUserError, RuntimeError):
@@ -43,22 +45,34 @@ def read_image(path: str, draft_size: Optional[Tuple[int, int]] = None) -> Image
         path: the image file.
         draft_size: ``(width, height)`` the image will be resized to; a JPEG is then decoded
             at the smallest DCT scale that is still at least this large (faster, no visible
-            loss once resized). ``None`` decodes at full resolution.
+            loss once resized, but other pixels than a full decode: training pipelines only).
+            ``None`` decodes at full resolution.
     Returns:
-        A loaded RGB ``PIL.Image.Image``.
+        A loaded RGB ``PIL.Image.Image``; :func:`decode_scale` tells whether it was reduced.
     Raises:
         ImageReadError: the file cannot be opened or decoded (one line naming the path).
     """
     try:
         img = Image.open(path)
+        scale = 1
         if draft_size is not None and img.format == "JPEG":
-            img.draft("RGB", draft_size)
+            width = img.width
+            if img.draft("RGB", draft_size) is not None:
+                scale = max(1, round(width / img.width))
         img.load()  # decodes now (so errors surface here) and closes the file
-        return img if img.mode == "RGB" else img.convert("RGB")
+        img = img if img.mode == "RGB" else img.convert("RGB")  # convert copies `info`
+        if scale > 1:
+            img.info[_DECODE_SCALE] = scale
+        return img
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
         reason = f"{type(err).__name__}: {err}"
         raise ImageReadError(f"cannot read image '{path}' ({reason}); replace or remove the file from the dataset",
                              path=path, reason=reason) from None
+
+
+def decode_scale(image: Image.Image) -> int:
+    """The factor :func:`read_image` reduced ``image`` by while decoding (1: full size)."""
+    return int(image.info.get(_DECODE_SCALE, 1))
 
 
 def sample_rng(stream_seed: int, rank: int, position: int, purpose: int = 1) -> np.random.Generator:

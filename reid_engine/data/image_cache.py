@@ -23,7 +23,7 @@ from reid_engine.config import ConfigError
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
-from .common import ImageReadError, read_image
+from .common import ImageReadError, decode_scale, read_image
 
 __all__ = ["ImageCache", "build_image_cache", "CACHE_CHOICES", "available_memory"]
 
@@ -53,9 +53,11 @@ def available_memory() -> Optional[int]:
 class ImageCache:
     """Every distinct path of a training set after a pipeline's prefix, as (H, W, 3) uint8.
 
-    Any pipeline with the same :meth:`AugmentationPipeline.prefix_signature` can read it: the
-    label-free hook's feature extraction uses the training cache when INPUT.SIZE_TEST equals
-    INPUT.SIZE_TRAIN.
+    Any pipeline with the same :meth:`AugmentationPipeline.prefix_signature` can read it, and so
+    can one with the same prefix ops that decodes at full size (a test pipeline) when no cached
+    image was decoded at reduced scale (training pipelines may use JPEG draft mode; test
+    pipelines never do): the label-free hook's feature extraction uses the training cache when
+    INPUT.SIZE_TEST equals INPUT.SIZE_TRAIN and the images are less than twice that size.
 
     Args:
         paths: the image files (duplicates share one slot).
@@ -72,6 +74,8 @@ class ImageCache:
         self.size = (int(size[0]), int(size[1]))
         self.pixels = torch.zeros((len(self.slots), *self.size, 3), dtype=torch.uint8)
         self.filled = np.zeros(len(self.slots), dtype=bool)
+        #: every cached image was decoded at full size (set by :meth:`fill`)
+        self.full_size_decodes = False
 
     @staticmethod
     def bytes_needed(num_images: int, size: Tuple[int, int]) -> int:
@@ -87,8 +91,11 @@ class ImageCache:
         return len(self.slots)
 
     def serves(self, pipeline) -> bool:
-        """Whether ``pipeline`` continues from this cache's images (same prefix)."""
-        return pipeline.prefix_signature() == self.signature
+        """Whether ``pipeline`` continues from this cache's images (same prefix, or the same ops
+        decoding at full size when every cached image was)."""
+        decode_size, ops = pipeline.prefix_signature()
+        return (decode_size, ops) == self.signature or (
+            decode_size is None and ops == self.signature[1] and self.full_size_decodes)
 
     def lookup(self, path: str) -> Optional[np.ndarray]:
         """The cached (H, W, 3) image of ``path`` as a read-only view, or None if it is not cached
@@ -118,26 +125,29 @@ class ImageCache:
             num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         threads = max(1, int(num_threads))
         start = last_report = time.perf_counter()
-        done = unreadable = 0
+        done = unreadable = reduced = 0
         chunks = [range(i, min(i + _CHUNK, total)) for i in range(0, total, _CHUNK)]
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="image-cache") as pool:
-            for count, failed in pool.map(lambda chunk: self._fill_chunk(paths, chunk, pipeline), chunks):
-                done, unreadable = done + count, unreadable + failed
+            for count, failed, drafted in pool.map(lambda chunk: self._fill_chunk(paths, chunk, pipeline), chunks):
+                done, unreadable, reduced = done + count, unreadable + failed, reduced + drafted
                 now = time.perf_counter()
                 if now - last_report >= PROGRESS_SECONDS and done < total:
                     last_report = now
                     logger.info("Image cache: decoded %s / %s %s (%.0f s, ETA %.0f s)", f"{done:,}",
                                 f"{total:,}", label, now - start, (now - start) / done * (total - done))
+        self.full_size_decodes = reduced == 0
         seconds = time.perf_counter() - start
         logger.info("Image cache: %s %s decoded and resized to %dx%d once, %.0f MB in memory (%.1f s, %d threads)%s",
                     f"{int(self.filled.sum()):,}", label, *self.size, self.nbytes / 2 ** 20, seconds, threads,
                     f"; {unreadable} not cached (unreadable or of another size), read per sample" if unreadable else "")
 
-    def _fill_chunk(self, paths: Sequence[str], chunk: range, pipeline) -> Tuple[int, int]:
-        failed = 0
+    def _fill_chunk(self, paths: Sequence[str], chunk: range, pipeline) -> Tuple[int, int, int]:
+        """Fill the slots of ``chunk``; returns (images, unreadable or of another size, decoded at reduced scale)."""
+        failed = reduced = 0
         for slot in chunk:
             try:
-                image = pipeline.prefix(read_image(paths[slot], pipeline.decode_size))
+                decoded = read_image(paths[slot], pipeline.decode_size)
+                image = pipeline.prefix(decoded)
             except ImageReadError:
                 failed += 1
                 continue
@@ -146,7 +156,8 @@ class ImageCache:
                 continue
             self.pixels[slot].numpy()[...] = image
             self.filled[slot] = True
-        return len(chunk), failed
+            reduced += decode_scale(decoded) > 1
+        return len(chunk), failed, reduced
 
 
 def build_image_cache(cfg, paths: Sequence[str], pipeline) -> Optional[ImageCache]:

@@ -87,7 +87,7 @@ def load_tracklet(item: Tracklet, transform, seq_len: int, method: str,
     frame_rng = rng if rng is not None else np.random.default_rng([index, 3])
     chosen = sample_frame_indices(len(paths), seq_len, method, frame_rng)
     state = rng.bit_generator.state if rng is not None else None
-    draft = getattr(transform, "decode_size", None)
+    draft = getattr(transform, "decode_size", None)  # None for test pipelines: full-size decodes
     frames = []
     for i in chosen:
         if state is not None:

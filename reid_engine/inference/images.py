@@ -1,6 +1,6 @@
 """Images in any accepted form (path, Pillow image, RGB array) as RGB Pillow images."""
 import os
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 from PIL import Image
@@ -15,14 +15,16 @@ class InvalidImageArrayError(UsageError):
     """An image array of the wrong shape or dtype."""
 
 
-def as_pil_image(image: Any, draft_size: Optional[Tuple[int, int]] = None) -> Image.Image:
+def as_pil_image(image: Any) -> Image.Image:
     """Turn one input image into an RGB Pillow image.
+
+    Files are decoded at full size (never JPEG draft mode), as every client of a deployed
+    model decodes them, so a path, the same image as a Pillow image and as an array all
+    give the same pixels.
 
     Args:
         image: a file path (str or os.PathLike), a Pillow image (any mode), or an
             (H, W, 3) uint8 numpy array in RGB order.
-        draft_size: ``(width, height)`` the image will be resized to; lets JPEG files
-            decode at a reduced scale.
     Returns:
         an RGB ``PIL.Image.Image``.
     Raises:
@@ -31,7 +33,7 @@ def as_pil_image(image: Any, draft_size: Optional[Tuple[int, int]] = None) -> Im
         TypeError: another type.
     """
     if isinstance(image, (str, os.PathLike)):
-        return read_image(os.fspath(image), draft_size)
+        return read_image(os.fspath(image))
     if isinstance(image, Image.Image):
         return image if image.mode == "RGB" else image.convert("RGB")
     if isinstance(image, np.ndarray):

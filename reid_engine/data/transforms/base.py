@@ -123,7 +123,8 @@ class AugmentationPipeline:
         batch_ops: ops ``op(images (B, 3, H, W) uint8, rng) -> images`` applied to a whole
             batch (ops that mix images, such as random patch).
         decode_size: ``(width, height)`` the images will be resized to, used to let the JPEG
-            decoder skip resolution that would be thrown away (``None``: decode fully).
+            decoder skip resolution that would be thrown away (``None``: decode fully, as
+            test pipelines do; ``build_transforms`` decides it).
     """
 
     def __init__(self, sample_ops: Sequence[Transform], batch_ops: Sequence[Transform] = (),

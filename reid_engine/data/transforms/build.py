@@ -133,6 +133,8 @@ def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
     Training: [AutoAugment] -> resize (bicubic) -> [random resized crop] -> [pad + random crop]
     -> [flip] -> [color jitter] -> [affine] -> [AugMix] -> uint8 tensor -> [random erasing];
     random patch, when enabled, is a batch op. Test: resize -> [centre crop to CROP.SIZE].
+    Training pipelines let JPEGs decode at reduced scale; test pipelines decode at full size,
+    as deployed models' clients do (:func:`_decode_size`).
     With INPUT.DEVICE_AUGMENT on (:func:`device_augment_enabled`), pad + crop, flip and random
     erasing are left out: :func:`build_batch_augmentation` applies them on the training device.
 
@@ -154,6 +156,20 @@ def build_transforms(cfg, is_train: bool = True) -> AugmentationPipeline:
         raise ConfigError(f"{e}: fix that INPUT value") from e
 
 
+def _decode_size(resize_to: Tuple[int, int], is_train: bool) -> Optional[Tuple[int, int]]:
+    """The ``(width, height)`` JPEGs may be decoded at (Pillow draft mode), or None: full size.
+
+    The one place that decides it. Test pipelines (evaluation, reid-extract, int8 calibration and
+    its check) decode at full size, because a deployed model's clients do: they get decoded
+    frames or crops (arrays), to which JPEG DCT scaling cannot apply, so evaluating on
+    draft-decoded pixels would measure another input than the deployed model sees. It costs
+    3-4x the decode time on images at least twice the input size (a few % of an evaluation
+    on the CPU; tools/benchmarks/bench_decode.py). Training keeps draft decoding: it is part
+    of the augmentation, not of the deployment contract, and it is the larger decode volume.
+    """
+    return (resize_to[1], resize_to[0]) if is_train and resize_to[0] > 0 else None
+
+
 def _build_pipeline(cfg, is_train: bool) -> AugmentationPipeline:
     """build_transforms without the error translation."""
     inp = cfg.INPUT
@@ -171,7 +187,6 @@ def _build_pipeline(cfg, is_train: bool) -> AugmentationPipeline:
         ops = [Resize(resize_to)]
         if inp.CROP.ENABLED:
             ops.append(CenterCrop(_size(inp.CROP.SIZE, "INPUT.CROP.SIZE")))
-    decode_size = (resize_to[1], resize_to[0]) if resize_to[0] > 0 else None
-    pipeline = AugmentationPipeline(ops, batch_ops, decode_size=decode_size)
+    pipeline = AugmentationPipeline(ops, batch_ops, decode_size=_decode_size(resize_to, is_train))
     logger.debug("%s transforms: %r", "Train" if is_train else "Test", pipeline)
     return pipeline
