@@ -40,6 +40,8 @@ setup(
         "test": ["pytest>=7", "pytest-timeout>=2"],
         "vis": ["matplotlib>=3.5"],
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
+        # reid-export --format openvino (converted from the ONNX export) and its NNCF int8
+        "openvino": ["onnx>=1.14", "openvino>=2025.0", "nncf>=2.16"],
         "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
         "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],

@@ -5,6 +5,8 @@
         --input-dtype float32 --raw-features MODEL.WEIGHTS output/model_final.pth
     reid-export --config-file cfg.yml --output exported/ --quantize int8 --calibration train \\
         MODEL.WEIGHTS output/model_final.pth              # + exported/model_int8.onnx
+    reid-export --config-file cfg.yml --output exported/ --format openvino --quantize int8 \
+        --calibration train MODEL.WEIGHTS output/model_final.pth  # model.xml/.bin + model_int8.xml/.bin
     reid-export --inspect exported/model.onnx            # print a file's preprocessing contract
 
 What is exported is the inference model as one module (`FeatureExtractor`):
@@ -25,14 +27,25 @@ After exporting, each file is loaded back (ONNX with onnxruntime when it is inst
 and run on a batch of a different size than the export batch; the largest absolute
 difference to PyTorch (the unfused model) is printed, and a difference above --atol is
 an error.
-Every file carries its preprocessing contract (input size, bicubic resizing, RGB,
-dtype and value range, feature dimension and normalization, source config and checkpoint,
-reid_engine version): ONNX metadata_props, a TorchScript extra file
-reid_engine_contract.json; --inspect FILE prints it.
+Every file carries its preprocessing contract (contract_version 2; version 1 files still
+read): input size, bicubic resizing of the image decoded at full size, channel order
+(RGB), dtype and value range, pixel_mean / pixel_std and whether that normalization is
+inside the graph ("inside": feed raw values) or the client's ("outside"), feature
+dimension and L2 normalization, the source config and checkpoint by file name with the
+checkpoint's sha256 (no local paths), reid_engine version: ONNX metadata_props, a
+TorchScript extra file reid_engine_contract.json; --inspect FILE prints it.
+
+--format openvino (not in the default formats: it needs the openvino package) writes
+OpenVINO IR, model.xml + model.bin (float32 weights), converted from the ONNX export by
+OpenVINO's ONNX reader; its contract is in the IR's rt_info (section reid_engine).
 
 --quantize int8 also writes model_int8.onnx: ONNX Runtime static quantization (QDQ,
 per-channel int8 weights) calibrated on --calibration-size images of --calibration (an
 image folder, or a split of DATASETS.TESTS[0]); --quantize dynamic needs no calibration.
+The quantizer's own warnings (e.g. per-channel axes that 1-D IBN weights lack) are
+folded into one log line that counts them and says what they mean.
+With openvino in --format, --quantize int8 also writes model_int8.xml/.bin: NNCF
+post-training quantization calibrated on the same images (needs the nncf package).
 Both files are then evaluated on DATASETS.TESTS[0] and timed on the CPU; if the int8 mAP
 is more than --max-map-drop points below fp32, the command fails and only the fp32 file
 is kept.
@@ -42,6 +55,7 @@ import argparse
 from typing import List, Optional
 
 from ..export import (
+    DEFAULT_FORMATS,
     DEFAULT_OPSET,
     FORMATS,
     QUANTIZE_MODES,
@@ -49,6 +63,7 @@ from ..export import (
     check_calibration_source,
     export_model,
     quantize_and_verify,
+    quantize_openvino_and_verify,
 )
 from ..inference import read_contract
 from ..utils.errors import UsageError
@@ -64,9 +79,10 @@ PROG = "reid-export"
 def build_parser() -> argparse.ArgumentParser:
     """The shared base plus the export flags."""
     parser = command_parser(PROG, __doc__)
-    parser.add_argument("--output", help="folder for model.pt (TorchScript) and model.onnx (required to export)")
+    parser.add_argument("--output", help="folder for model.pt (TorchScript), model.onnx, model.xml (required to export)")
     parser.add_argument("--inspect", metavar="FILE", help="print the preprocessing contract of an exported file and exit")
-    parser.add_argument("--format", nargs="+", choices=FORMATS, default=list(FORMATS), help="what to export")
+    parser.add_argument("--format", nargs="+", choices=FORMATS, default=list(DEFAULT_FORMATS),
+                        help=f"what to export (default: {' '.join(DEFAULT_FORMATS)})")
     parser.add_argument("--torchscript-mode", choices=("trace", "script"), default="trace",
                         help="trace (default; works for any model) or script (needs scriptable modules)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
@@ -80,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-fuse", action="store_true",
                         help="export re-parameterisable blocks (RepVGG) unfused, as they train")
     parser.add_argument("--quantize", choices=QUANTIZE_MODES,
-                        help="also write an int8 ONNX model: int8 (static, calibrated) or dynamic")
+                        help="also write an int8 ONNX model: int8 (static, calibrated) or dynamic; with "
+                             "--format openvino, int8 also writes an NNCF int8 OpenVINO model")
     parser.add_argument("--calibration", default="", metavar="DIR|SPLIT",
                         help="calibration images of --quantize int8: a folder, or train / query / gallery")
     parser.add_argument("--calibration-size", type=positive_int, default=256, help="most calibration images (256)")
@@ -96,8 +113,11 @@ def run(args: argparse.Namespace) -> None:
         return
     if not args.output:
         raise UsageError("no output folder (--output): pass --output DIR to export, or --inspect FILE")
-    if args.quantize and "onnx" not in args.format:
-        raise UsageError("--quantize works on the ONNX export: add onnx to --format")
+    if args.quantize and not {"onnx", "openvino"} & set(args.format):
+        raise UsageError("--quantize works on the ONNX export or the OpenVINO one: add onnx or openvino to --format")
+    if args.quantize == "dynamic" and "onnx" not in args.format:
+        raise UsageError("--quantize dynamic is ONNX Runtime's: add onnx to --format, or use --quantize int8 "
+                         "(NNCF) for the OpenVINO export")
     check_calibration_source(args.quantize, args.calibration)
     setup_logger()
     cfg = build_config(args)
@@ -106,9 +126,12 @@ def run(args: argparse.Namespace) -> None:
     results = export_model(cfg, args.output, args.format, args.torchscript_mode, args.opset, args.input_dtype,
                            not args.raw_features, args.batch_size, args.check_batch_size, args.atol,
                            fuse=not args.no_fuse, source_config=args.config_file or "")
-    if args.quantize:
+    if args.quantize and "onnx" in results:
         quantize_and_verify(cfg, results["onnx"]["path"], args.quantize, args.calibration, args.calibration_size,
                             args.max_map_drop)
+    if args.quantize == "int8" and "openvino" in results:
+        quantize_openvino_and_verify(cfg, results["openvino"]["path"], args.calibration, args.calibration_size,
+                                     args.max_map_drop)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -12,9 +12,10 @@ row i for the i-th image of the split (or of the sorted folder listing; pid and 
 are -1 there). A split of a video set gives one feature per tracklet, as the evaluation
 computes it, with the tracklet's first frame as its path. Several workers each embed a
 contiguous shard and the main worker writes the merged result, in input order.
-MODEL.WEIGHTS may be an exported .onnx file (reid-export): it then runs with ONNX
-Runtime on the CPU (--backend onnxruntime, the default for .onnx files), preprocessed as
-its contract says (image sets only). Read it back with
+MODEL.WEIGHTS may be an exported file (reid-export): a .onnx file runs with ONNX Runtime
+(--backend onnxruntime, the default for .onnx files), an OpenVINO IR .xml file with
+OpenVINO (--backend openvino, the default for .xml files; it runs .onnx files too), on
+the CPU, preprocessed as the file's contract says (image sets only). Read the output back with
 `reid_engine.inference.load_features(path)` or plain `numpy.load`.
 """
 import argparse
@@ -59,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=FEATURE_FORMATS, default="npz",
                         help="npz: one file; npy: features .npy plus an index .json (default: npz)")
     parser.add_argument("--backend", choices=BACKENDS,
-                        help="pytorch (a .pth checkpoint) or onnxruntime (an exported .onnx file); "
-                             "default: from MODEL.WEIGHTS' extension")
+                        help="pytorch (a .pth checkpoint), onnxruntime (an exported .onnx file) or openvino "
+                             "(an exported .xml or .onnx file); default: from MODEL.WEIGHTS' extension")
     return parser
 
 

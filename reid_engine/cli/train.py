@@ -31,7 +31,7 @@ from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
 from ..engine.mlflow_tracking import log_run_summary
 from ..engine.preemption import TrainingPreempted
-from ..inference import OnnxRuntimeModel, contract_config, inference_config, resolve_backend
+from ..inference import contract_config, inference_config, load_exported_model, resolve_backend
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from .args import add_run_mode_arguments
@@ -78,8 +78,9 @@ def setup(args: argparse.Namespace, cfg: Optional[CfgNode] = None) -> CfgNode:
 def _eval_only(cfg: CfgNode):
     if not cfg.MODEL.WEIGHTS:
         raise ConfigError("--eval-only needs a checkpoint (MODEL.WEIGHTS): add MODEL.WEIGHTS path/to/model.pth")
-    if resolve_backend(cfg.MODEL.WEIGHTS) == "onnxruntime":
-        model = OnnxRuntimeModel(cfg.MODEL.WEIGHTS)
+    backend = resolve_backend(cfg.MODEL.WEIGHTS)
+    if backend != "pytorch":  # an exported file (.onnx, OpenVINO .xml)
+        model = load_exported_model(cfg.MODEL.WEIGHTS, backend)
         cfg = contract_config(cfg, model.contract)  # the file's input size; flip is inside it or off
     else:
         cfg = inference_config(cfg)  # no ImageNet weights; classifier sized like the checkpoint's

@@ -15,12 +15,15 @@ from ..inference.contract import contract_from_config, transform_sizes
 from ..modeling.deploy import fuse_for_deploy, has_deploy_hooks
 from ..utils.errors import ReidUserError, UsageError
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
+from .openvino import export_openvino, require_openvino, run_openvino
 
-__all__ = ["FORMATS", "input_image_size", "random_images", "export_model"]
+__all__ = ["FORMATS", "DEFAULT_FORMATS", "input_image_size", "random_images", "export_model"]
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("torchscript", "onnx")
+FORMATS = ("torchscript", "onnx", "openvino")
+#: what reid-export writes without --format (openvino is an optional package)
+DEFAULT_FORMATS = ("torchscript", "onnx")
 
 
 def input_image_size(cfg) -> Tuple[int, int]:
@@ -35,7 +38,7 @@ def random_images(batch: int, size: Tuple[int, int], dtype: str, seed: int, devi
     return images.to(device=device, dtype=getattr(torch, dtype))
 
 
-def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mode: str = "trace",
+def export_model(cfg: CfgNode, output_dir: str, formats=DEFAULT_FORMATS, torchscript_mode: str = "trace",
                  opset: int = DEFAULT_OPSET, input_dtype: str = "uint8", normalize: bool = True,
                  batch_size: int = 2, check_batch_size: int = 3, atol: float = 1e-4,
                  model: Optional[nn.Module] = None, fuse: bool = True, source_config: str = "") -> Dict[str, dict]:
@@ -48,8 +51,8 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
 
     Args:
         cfg: the config.
-        output_dir: folder for model.pt / model.onnx.
-        formats: any of "torchscript", "onnx".
+        output_dir: folder for model.pt / model.onnx / model.xml (OpenVINO IR, with model.bin).
+        formats: any of "torchscript", "onnx", "openvino".
         torchscript_mode: "trace" or "script".
         opset: the ONNX opset.
         input_dtype: "uint8" or "float32".
@@ -71,6 +74,8 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         raise UsageError(f"unknown export format(s) {unknown} (--format): use {', '.join(FORMATS)}")
     if batch_size < 1 or check_batch_size < 1:
         raise UsageError("batch sizes must be at least 1 (--batch-size, --check-batch-size): pass positive sizes")
+    if "openvino" in formats:
+        require_openvino()  # before anything is exported
     cfg = inference_config(cfg)
     model = model if model is not None else build_inference_model(cfg)
     unfused = FeatureExtractor(model, normalize=normalize, flip=cfg.TEST.FLIP.ENABLED).eval()
@@ -98,6 +103,11 @@ def export_model(cfg: CfgNode, output_dir: str, formats=FORMATS, torchscript_mod
         outputs = run_onnx(path, check)
         results["onnx"] = {"path": path, "max_abs_diff": None if outputs is None else _diff(reference, outputs),
                            "contract": contract}
+    if "openvino" in formats:
+        path = export_openvino(module, example, os.path.join(output_dir, "model.xml"), opset, contract,
+                               onnx_path=results["onnx"]["path"] if "onnx" in results else None)
+        results["openvino"] = {"path": path, "max_abs_diff": _diff(reference, run_openvino(path, check)),
+                               "contract": contract}
     for name, result in results.items():
         diff = result["max_abs_diff"]
         shown = "not checked" if diff is None else f"{diff:.3g}"

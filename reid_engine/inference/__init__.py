@@ -9,12 +9,17 @@ never imports engine). Modules, one concern each:
 - `extraction`: the feature module and sharded extraction (the evaluation's loop);
 - `predictor`: `DefaultPredictor`, images in, embeddings out;
 - `contract`: the preprocessing contract an exported model file carries;
+- `exported_model`: what the back ends of exported files share (model interface, contract config);
 - `onnx_runtime`: the ONNX Runtime back end (an exported .onnx file as the model);
+- `openvino_runtime`: the OpenVINO back end (an exported OpenVINO IR .xml file as the model);
+- `backends`: the back end names, picked from MODEL.WEIGHTS, and opening an exported file;
 - `ort_session`: opening an exported .onnx file in ONNX Runtime (one-line errors);
 - `feature_files`: saving and loading features with their metadata;
 - `rank_lists` / `rank_figures`: rank lists, ROC curve and distance histograms.
 """
+from .backends import BACKENDS, load_exported_model, resolve_backend
 from .contract import CONTRACT_FILE, ContractError, DeployContract, contract_from_config, read_contract
+from .exported_model import ExportedModel, contract_config
 from .extraction import (
     FeatureExtractor,
     embed_images,
@@ -32,7 +37,8 @@ from .model import (
     checkpoint_num_classes,
     inference_config,
 )
-from .onnx_runtime import BACKENDS, OnnxRuntimeModel, contract_config, onnx_session, resolve_backend
+from .onnx_runtime import OnnxRuntimeModel, onnx_session
+from .openvino_runtime import OpenVinoModel
 from .predictor import DefaultPredictor
 from .rank_lists import visualize
 
@@ -41,9 +47,12 @@ __all__ = [
     "CONTRACT_FILE",
     "ContractError",
     "DeployContract",
+    "ExportedModel",
     "OnnxRuntimeModel",
+    "OpenVinoModel",
     "contract_config",
     "contract_from_config",
+    "load_exported_model",
     "onnx_session",
     "read_contract",
     "resolve_backend",

@@ -6,10 +6,11 @@ import torch
 from ..config import CfgNode
 from ..data import build_transforms
 from ..utils.errors import UsageError
+from .backends import load_exported_model, resolve_backend
+from .exported_model import contract_config
 from .extraction import embed_images
 from .images import as_pil_image
 from .model import build_inference_model, inference_config
-from .onnx_runtime import OnnxRuntimeModel, contract_config, resolve_backend
 
 __all__ = ["DefaultPredictor"]
 
@@ -30,10 +31,11 @@ class DefaultPredictor:
         predictor = DefaultPredictor(cfg)
         features = predictor(["a.jpg", "b.jpg"])  # (2, D) float32, unit rows
 
-    An exported ONNX file works too (MODEL.WEIGHTS model.onnx, or backend="onnxruntime"):
-    it runs with ONNX Runtime on the CPU, and the file's preprocessing contract sets the
-    test transforms (input size; flip averaging is inside the file or not at all), so the
-    embeddings equal the PyTorch model's. The config then only needs MODEL.WEIGHTS:
+    An exported file works too: ONNX (MODEL.WEIGHTS model.onnx, or backend="onnxruntime")
+    runs with ONNX Runtime, OpenVINO IR (model.xml, or backend="openvino") with OpenVINO,
+    both on the CPU. The file's preprocessing contract sets the test transforms (input
+    size; flip averaging is inside the file or not at all), so the embeddings equal the
+    PyTorch model's. The config then only needs MODEL.WEIGHTS:
 
         cfg = get_cfg(); cfg.merge_from_list(["MODEL.WEIGHTS", "exported/model.onnx"])
         features = DefaultPredictor(cfg)(["a.jpg", "b.jpg"])
@@ -41,19 +43,19 @@ class DefaultPredictor:
     Args:
         cfg: the config (not modified).
         batch_size: images per forward pass (default: TEST.IMS_PER_BATCH).
-        backend: "pytorch" or "onnxruntime" (default: from MODEL.WEIGHTS' extension).
+        backend: "pytorch", "onnxruntime" or "openvino" (default: from MODEL.WEIGHTS' extension).
 
     Attributes:
         cfg: the frozen inference config actually used.
         backend: the back end used.
-        model: the eval-mode model (an `OnnxRuntimeModel` for the ONNX Runtime back end).
+        model: the eval-mode model (an `OnnxRuntimeModel` / `OpenVinoModel` for an exported file).
         transforms: the test pipeline (PIL image -> (3, H, W) uint8 tensor).
     """
 
     def __init__(self, cfg: CfgNode, batch_size: Optional[int] = None, backend: Optional[str] = None):
         self.backend = resolve_backend(cfg.MODEL.WEIGHTS, backend)
-        if self.backend == "onnxruntime":
-            self.model = OnnxRuntimeModel(cfg.MODEL.WEIGHTS)
+        if self.backend != "pytorch":
+            self.model = load_exported_model(cfg.MODEL.WEIGHTS, self.backend)
             self.cfg = contract_config(cfg, self.model.contract)
         else:
             self.cfg = inference_config(cfg)

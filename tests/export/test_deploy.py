@@ -64,7 +64,9 @@ def test_both_files_carry_the_contract(deployed, tiny_checkpoint):
     assert onnx_contract.interpolation == "bicubic" and onnx_contract.channel_order == "RGB"
     assert onnx_contract.input_dtype == "uint8" and onnx_contract.value_range == "0..255"
     assert onnx_contract.normalized_features and not onnx_contract.flip_averaged
-    assert onnx_contract.source_checkpoint == tiny_checkpoint and onnx_contract.source_config == "configs/tiny.yml"
+    # file names and a content checksum, no local paths
+    assert onnx_contract.source_checkpoint == os.path.basename(tiny_checkpoint) and onnx_contract.source_config == "tiny.yml"
+    assert len(onnx_contract.source_checkpoint_sha256) == 64
     assert onnx_contract.quantization == "none" and onnx_contract.reid_engine_version
     # what a plain onnxruntime user reads
     meta = ort.InferenceSession(deployed["onnx"]).get_modelmeta().custom_metadata_map

@@ -1,11 +1,17 @@
-"""reid_engine.export: TorchScript and ONNX exports equal PyTorch; unsupported layers are named."""
+"""reid_engine.export: TorchScript and ONNX exports equal PyTorch; unsupported layers are named; the contract."""
+import hashlib
+import logging
+import os
+
 import pytest
 import torch
 from torch import nn
 
 from reid_engine import export
+from reid_engine.config import get_cfg
 from reid_engine.export import ExportError
-from reid_engine.inference import FeatureExtractor
+from reid_engine.export.quantize import folded_root_warnings, quantize_onnx
+from reid_engine.inference import ContractError, DeployContract, FeatureExtractor, read_contract
 from tests.inference._helpers import tiny_cfg
 
 
@@ -139,8 +145,6 @@ def repvgg_model(data_root):
 
 
 def _export_logs(caplog, monkeypatch):
-    import logging
-
     monkeypatch.setattr(logging.getLogger("reid_engine"), "propagate", True)
     caplog.set_level(logging.INFO)
     return caplog
@@ -172,3 +176,98 @@ def test_repvgg_export_without_fusion(repvgg_model, data_root, tmp_path):
     keys = torch.jit.load(results["torchscript"]["path"]).state_dict()
     assert "model.backbone.stage1.1.rbr_identity.running_var" in keys
     assert results["torchscript"]["max_abs_diff"] <= 1e-4
+
+
+# --------------------------------------------------------------------------- the contract (version 2)
+
+IMAGENET_0_1 = {"pixel_mean": "0.485,0.456,0.406", "pixel_std": "0.229,0.224,0.225"}
+
+
+def _contract(**changes):
+    return DeployContract(input_height=64, input_width=32, resize_height=64, resize_width=32, feature_dim=8, **changes)
+
+
+def test_the_contract_names_mean_std_where_they_apply_and_the_checkpoint_by_checksum(exported, tiny_checkpoint):
+    pytest.importorskip("onnx")
+    contract = read_contract(exported["onnx"]["path"])
+    assert contract == exported["onnx"]["contract"] and contract.contract_version == 2
+    assert contract.normalization == "inside" and contract.channel_order == "RGB" and contract.value_range == "0..255"
+    assert contract.pixel_stats() == ((123.675, 116.28, 103.53), (58.395, 57.12, 57.375))  # MODEL.PIXEL_MEAN / STD
+    with open(tiny_checkpoint, "rb") as f:
+        assert contract.source_checkpoint_sha256 == hashlib.sha256(f.read()).hexdigest()
+    assert contract.source_checkpoint == "model_final.pth"
+    folder = os.path.dirname(tiny_checkpoint)
+    assert not any(folder in value for value in contract.to_dict().values())  # no local paths
+    text = contract.describe()
+    assert "normalization inside the graph: feed the values unnormalized" in text
+    assert "mean 123.675,116.28,103.53, std 58.395,57.12,57.375 (RGB, units of 0..255)" in text
+
+
+def test_version_1_files_read_and_files_normalized_outside_are_described_and_refused():
+    v1 = {k: v for k, v in _contract().to_dict().items()
+          if k not in ("normalization", "pixel_mean", "pixel_std", "source_checkpoint_sha256")}
+    old = DeployContract.from_dict(dict(v1, contract_version="1"))
+    assert old.contract_version == 1 and old.normalization == "inside" and old.pixel_stats() is None
+    assert "mean / std not recorded (contract version 1)" in old.describe()
+    assert old.configure(get_cfg()).INPUT.SIZE_TEST == [64, 32]
+    outside = _contract(normalization="outside", value_range="0..1", input_dtype="float32", **IMAGENET_0_1)
+    assert DeployContract.from_dict(outside.to_dict()) == outside
+    text = outside.describe()
+    assert "float32 values 0..1" in text and "outside the graph: the client computes (x - mean) / std" in text
+    assert "mean 0.485,0.456,0.406, std 0.229,0.224,0.225 (RGB, units of 0..1)" in text
+    with pytest.raises(ContractError) as info:
+        outside.configure(get_cfg())
+    assert "normalized outside the graph" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ContractError, match="normalization='both'"):
+        DeployContract.from_dict(dict(outside.to_dict(), normalization="both"))
+    with pytest.raises(ContractError, match="not 3 comma-separated numbers"):
+        _contract(pixel_mean="1,2", pixel_std="1,1,1").pixel_stats()
+
+
+def test_root_logger_warnings_of_the_quantizer_fold_into_one_line(caplog, monkeypatch):
+    _export_logs(caplog, monkeypatch)
+    with folded_root_warnings():
+        for name in ("a", "b", "c"):  # what onnxruntime's QDQ quantizer logs for IBN models
+            logging.warning(f"Axis 1 is out-of-range for weight '{name}' with rank 1")
+        logging.warning("Something else about 'x'")
+        logging.getLogger("reid_engine.test").warning("our own warning")
+    logging.warning("after the quantization")
+    assert [r.getMessage() for r in caplog.records if r.name == "root"] == ["after the quantization"]
+    assert any(r.getMessage() == "our own warning" for r in caplog.records)
+    summaries = [r for r in caplog.records if r.name == "reid_engine.export.quantize"]
+    assert len(summaries) == 1 and summaries[0].levelno == logging.WARNING  # one kind has no known meaning
+    text = summaries[0].getMessage()
+    assert "4 warning(s) folded" in text and "3x \"Axis 1 is out-of-range for weight 'a' with rank 1\"" in text
+    assert "quantized per tensor instead of per channel" in text and "1x \"Something else about 'x'\"" in text
+
+
+@pytest.mark.slow
+def test_quantizing_an_ibn_model_prints_one_summary_line(data_root, tmp_path, caplog, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from reid_engine.modeling import build_model
+
+    cfg = tiny_cfg(data_root, extra=["MODEL.BACKBONE.WIDTH_MULT", 0.25, "MODEL.HEADS.NUM_CLASSES", 8,
+                                     "MODEL.BACKBONE.WITH_IBN", True])
+    torch.manual_seed(0)
+    path = export.export_model(cfg, str(tmp_path), formats=["onnx"], model=build_model(cfg).eval())["onnx"]["path"]
+
+    class Batches:  # two calibration batches of random images
+        paths = ["a", "b", "c", "d"]
+
+        def __init__(self):
+            self.seeds = iter((1, 2))
+
+        def get_next(self):
+            seed = next(self.seeds, None)
+            return None if seed is None else {"images": export.random_images(2, (64, 32), "uint8", seed).numpy()}
+
+        def rewind(self):
+            self.seeds = iter((1, 2))
+
+    _export_logs(caplog, monkeypatch)
+    quantize_onnx(path, str(tmp_path / "int8.onnx"), "int8", Batches())
+    assert not [r for r in caplog.records if r.name == "root" and r.levelno >= logging.WARNING]
+    summaries = [r.getMessage() for r in caplog.records if "folded into this line" in r.getMessage()]
+    assert len(summaries) == 1 and "Axis 1 is out-of-range for weight" in summaries[0], summaries
+    assert read_contract(str(tmp_path / "int8.onnx")).quantization.startswith("int8 static")
