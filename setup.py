@@ -42,6 +42,11 @@ setup(
         "export": ["onnx>=1.14", "onnxruntime>=1.16"],
         # reid-export --format openvino (converted from the ONNX export) and its NNCF int8
         "openvino": ["onnx>=1.14", "openvino>=2025.0", "nncf>=2.16"],
+        # BoxMOT with reid-export --format boxmot, tools/track_synthetic.py: what boxmot's ONNX ReID back end
+        # and trackers import, and MOT metrics. boxmot itself: `pip install --no-deps boxmot` (its declared
+        # torchvision / timm would replace a CPU torch with a CUDA build; that path imports neither)
+        "track": ["opencv-python-headless>=4.7,<5", "lapx>=0.5.5,<1", "rich>=13", "motmetrics>=1.4",
+                  "pandas>=2,<3"],
         "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
         "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],

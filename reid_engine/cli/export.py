@@ -39,6 +39,12 @@ TorchScript extra file reid_engine_contract.json; --inspect FILE prints it.
 OpenVINO IR, model.xml + model.bin (float32 weights), converted from the ONNX export by
 OpenVINO's ONNX reader; its contract is in the IR's rt_info (section reid_engine).
 
+--format boxmot writes reid_engine_boxmot.onnx and reid_engine_boxmot.onnx.metadata.json for
+BoxMOT's ONNX appearance back end, as it loads them: float32 input normalized outside with
+ImageNet's mean / std (BoxMOT's crops), undone inside the graph before the model's own
+MODEL.PIXEL_MEAN / STD; the sidecar gives BoxMOT the input size. Pass the .onnx file as a
+tracker's reid_weights (README: "Use in BoxMOT").
+
 --quantize int8 also writes model_int8.onnx: ONNX Runtime static quantization (QDQ,
 per-channel int8 weights) calibrated on --calibration-size images of --calibration (an
 image folder, or a split of DATASETS.TESTS[0]); --quantize dynamic needs no calibration.

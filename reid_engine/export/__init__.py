@@ -1,4 +1,5 @@
-"""TorchScript, ONNX and OpenVINO IR export of a trained model, checked against PyTorch.
+"""TorchScript, ONNX and OpenVINO IR export of a trained model, checked against PyTorch;
+also an ONNX file for BoxMOT's appearance back end (`boxmot`).
 
 What is exported is the inference model as one module
 (`reid_engine.inference.FeatureExtractor`): input "images", a (B, 3, H, W) RGB batch

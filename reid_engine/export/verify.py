@@ -14,6 +14,7 @@ from ..inference import FeatureExtractor, build_inference_model, inference_confi
 from ..inference.contract import contract_from_config, transform_sizes
 from ..modeling.deploy import fuse_for_deploy, has_deploy_hooks
 from ..utils.errors import ReidUserError, UsageError
+from .boxmot import boxmot_contract, boxmot_images, export_boxmot
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx, export_torchscript, run_onnx, run_torchscript
 from .openvino import export_openvino, require_openvino, run_openvino
 
@@ -21,8 +22,8 @@ __all__ = ["FORMATS", "DEFAULT_FORMATS", "input_image_size", "random_images", "e
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("torchscript", "onnx", "openvino")
-#: what reid-export writes without --format (openvino is an optional package)
+FORMATS = ("torchscript", "onnx", "openvino", "boxmot")
+#: what reid-export writes without --format (openvino is an optional package; boxmot a file for one client)
 DEFAULT_FORMATS = ("torchscript", "onnx")
 
 
@@ -52,7 +53,8 @@ def export_model(cfg: CfgNode, output_dir: str, formats=DEFAULT_FORMATS, torchsc
     Args:
         cfg: the config.
         output_dir: folder for model.pt / model.onnx / model.xml (OpenVINO IR, with model.bin).
-        formats: any of "torchscript", "onnx", "openvino".
+        formats: any of "torchscript", "onnx", "openvino", "boxmot" (reid_engine_boxmot.onnx and
+            its sidecar for BoxMOT's ONNX back end: `reid_engine.export.boxmot`).
         torchscript_mode: "trace" or "script".
         opset: the ONNX opset.
         input_dtype: "uint8" or "float32".
@@ -108,6 +110,15 @@ def export_model(cfg: CfgNode, output_dir: str, formats=DEFAULT_FORMATS, torchsc
                                onnx_path=results["onnx"]["path"] if "onnx" in results else None)
         results["openvino"] = {"path": path, "max_abs_diff": _diff(reference, run_openvino(path, check)),
                                "contract": contract}
+    if "boxmot" in formats:  # BoxMOT's float input made of the same check images: the same reference
+        contract_b = boxmot_contract(contract)
+        logger.info("The boxmot file takes BoxMOT's input instead: (B, 3, %d, %d) float32 %s, normalized by the "
+                    "client with mean %s / std %s", size[0], size[1], contract_b.value_range, contract_b.pixel_mean,
+                    contract_b.pixel_std)
+        path = export_boxmot(module, example, output_dir, opset, contract_b)
+        outputs = run_onnx(path, boxmot_images(check))
+        results["boxmot"] = {"path": path, "max_abs_diff": None if outputs is None else _diff(reference, outputs),
+                             "contract": contract_b}
     for name, result in results.items():
         diff = result["max_abs_diff"]
         shown = "not checked" if diff is None else f"{diff:.3g}"

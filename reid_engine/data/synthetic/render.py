@@ -35,7 +35,7 @@ from .appearance import (
 )
 
 __all__ = [
-    "render_image",
+    "render_image", "draw_person",
     # re-exported from .appearance, where they moved
     "OUT_H", "OUT_W", "CLOTH_COLORS", "SHIFTED_CLOTH_COLORS", "SCENE_COLORS", "SHIFTED_SCENE_COLORS",
     "CLOTH_PALETTES", "SCENE_PALETTES", "Identity", "Camera", "make_outfit_table", "make_identity", "make_camera",
@@ -200,6 +200,24 @@ def _draw_occluder(draw, rng: np.random.Generator) -> None:
         draw.rectangle([x0, -10, x0 + width + 10, H + 10], fill=color)
 
 
+def draw_person(img: Image.Image, body: _Body, ident: Identity, front: bool, phase: float) -> None:
+    """Draw ``ident`` at ``body`` onto ``img`` (supersampled canvas), seen from the front or back.
+
+    Args:
+        phase: the walking phase in [-1, 1]: how far the legs spread and the arms swing.
+    """
+    draw = ImageDraw.Draw(img)
+    spread = (0.03 * max(phase, 0) + 0.005, 0.03 * max(-phase, 0) + 0.005)
+    swing = (0.025 * phase, -0.025 * phase)
+    _draw_bag(draw, body, ident, front, before_body=True)
+    _draw_legs(draw, body, ident, spread)
+    _draw_torso(img, body, ident, front)
+    draw = ImageDraw.Draw(img)  # the torso pastes onto the image
+    _draw_arms(draw, body, ident, swing)
+    _draw_head(draw, body, ident, front)
+    _draw_bag(draw, body, ident, front, before_body=False)
+
+
 def render_image(ident: Identity, cam: Camera, rng: np.random.Generator, occlusion_prob: float,
                  noise: float, blur: float) -> Image.Image:
     """Draw one 128x64 RGB sighting of ``ident`` seen by ``cam``.
@@ -222,17 +240,8 @@ def render_image(ident: Identity, cam: Camera, rng: np.random.Generator, occlusi
     body = _Body(cx=W / 2 + rng.uniform(-0.07, 0.07) * W,
                  feet_y=H - 0.03 * H + rng.uniform(-0.03, 0.03) * H + (H * 0.93 - height) * 0.3,
                  height_px=height, mirror=bool(rng.random() < 0.5))
-    phase = rng.uniform(-1.0, 1.0)
-    spread = (0.03 * max(phase, 0) + 0.005, 0.03 * max(-phase, 0) + 0.005)
-    swing = (0.025 * phase, -0.025 * phase)
-
-    _draw_bag(draw, body, ident, front, before_body=True)
-    _draw_legs(draw, body, ident, spread)
-    _draw_torso(img, body, ident, front)
+    draw_person(img, body, ident, front, phase=rng.uniform(-1.0, 1.0))
     draw = ImageDraw.Draw(img)
-    _draw_arms(draw, body, ident, swing)
-    _draw_head(draw, body, ident, front)
-    _draw_bag(draw, body, ident, front, before_body=False)
     if rng.random() < occlusion_prob:
         _draw_occluder(draw, rng)
 
