@@ -90,6 +90,36 @@ def test_compiled_blocks_give_eager_outputs_and_keys_and_turn_eager():
     assert not is_compiled(net) and net.compile_mode == "off"
 
 
+def test_vit_blocks_with_growing_drop_path_rates_share_one_graph():
+    # The stochastic-depth rate grows with depth; as a buffer it is a graph input, not a guard.
+    from reid_engine.modeling.backbones.vit import VisionTransformer
+    from reid_engine.modeling.backbones.vit_layers import ViTSpec
+
+    spec = ViTSpec(dim=16, depth=4, heads=2, mlp_ratio=2.0, qkv_bias=True)
+    torch.manual_seed(0)
+    vit = VisionTransformer(spec, img_size=(32, 16), stride=(16, 16), drop_path=0.3).train()
+    rates = [round(float(b.drop_path.rate), 6) for b in vit.blocks]
+    assert rates == [0.0, 0.1, 0.2, 0.3] and all(b.drop_path.active for b in vit.blocks)
+    assert "rate" not in " ".join(vit.state_dict())  # checkpoints keep fast-reid's keys
+    x = torch.randn(3, 3, 32, 16)
+    torch.manual_seed(1)
+    want = vit(x)
+    compile_model(vit, "default", backend="eager", scope="blocks")
+    torch.manual_seed(1)
+    torch.testing.assert_close(vit(x), want)  # the same masks: the same random draws in the same order
+    assert len(torch._dynamo.utils.get_compilation_metrics()) == 1  # before: one graph per rate
+
+
+def test_drop_path_at_rate_zero_in_an_active_model_is_exact():
+    from reid_engine.modeling.backbones.vit_layers import DropPath
+
+    x = torch.randn(4, 5, 6)
+    assert torch.equal(DropPath(0.0, active=True).train()(x), x)
+    assert DropPath(0.0).active is False and DropPath(0.2).active is True
+    dropped = DropPath(0.5).train()(torch.ones(2000, 1, 1))
+    assert set(dropped.unique().tolist()) == {0.0, 2.0} and 0.4 < dropped.mean() / 2 < 0.6
+
+
 def test_a_model_without_repeated_blocks_compiles_whole():
     net = nn.Sequential(Block(4))
     compile_model(net, "default", backend="eager", scope="blocks")

@@ -79,7 +79,8 @@ class VisionTransformer(nn.Module):
         self.sie_embed = nn.Parameter(torch.zeros(num_cameras, 1, spec.dim)) if num_cameras > 1 else None
         self.pos_drop = nn.Dropout(drop)
         rates = torch.linspace(0, drop_path, spec.depth).tolist()  # stochastic depth grows with depth
-        self.blocks = nn.ModuleList(Block(spec, drop, attn_drop, rate) for rate in rates)
+        # every block's DropPath is active when any is (the first one's rate is 0): one code path
+        self.blocks = nn.ModuleList(Block(spec, drop, attn_drop, rate, stochastic_depth=drop_path > 0) for rate in rates)
         self.norm = nn.LayerNorm(spec.dim, eps=LN_EPS)
         self.reset_parameters()
 

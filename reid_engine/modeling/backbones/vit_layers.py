@@ -5,6 +5,7 @@ stochastic depth, and the token-grid arithmetic (grid size, position-embedding r
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -62,17 +63,26 @@ def resize_pos_grid(grid_pos: Tensor, old_grid: Tuple[int, int], new_grid: Tuple
 
 class DropPath(nn.Module):
     """Stochastic depth: in training, zero a residual branch per sample with probability
-    `prob` and scale the kept ones by 1 / (1 - prob)."""
+    `prob` and scale the kept ones by 1 / (1 - prob).
 
-    def __init__(self, prob: float = 0.0):
+    The rate is a (non-persistent) buffer rather than a Python number, and `active` says
+    whether the model uses stochastic depth at all: blocks whose rates differ (they grow
+    with depth) then run the same code, so compiling blocks (MODEL.COMPILE_SCOPE blocks)
+    traces one graph for all of them instead of one per rate. A rate of 0 in an active
+    model multiplies by an all-ones mask, which leaves the values exact.
+    """
+
+    def __init__(self, prob: float = 0.0, active: Optional[bool] = None):
         super().__init__()
         self.prob = float(prob)
+        self.active = bool(prob > 0.0) if active is None else bool(active)
+        self.register_buffer("rate", torch.tensor(self.prob), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.prob == 0.0:
+        if not self.training or not self.active:
             return x
-        keep = 1.0 - self.prob
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+        keep = 1.0 - self.rate
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep.to(x.dtype))
         return x * mask / keep
 
     def extra_repr(self) -> str:
@@ -119,11 +129,12 @@ class Block(nn.Module):
     """Pre-norm transformer block: x + attn(norm1(x)), then x + mlp(norm2(x)), with
     stochastic depth on both branches."""
 
-    def __init__(self, spec: ViTSpec, drop: float, attn_drop: float, drop_path: float):
+    def __init__(self, spec: ViTSpec, drop: float, attn_drop: float, drop_path: float,
+                 stochastic_depth: Optional[bool] = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(spec.dim, eps=LN_EPS)
         self.attn = Attention(spec.dim, spec.heads, spec.qkv_bias, spec.qk_scale, attn_drop, drop)
-        self.drop_path = DropPath(drop_path)
+        self.drop_path = DropPath(drop_path, active=stochastic_depth)
         self.norm2 = nn.LayerNorm(spec.dim, eps=LN_EPS)
         self.mlp = Mlp(spec.dim, int(spec.dim * spec.mlp_ratio), drop)
 
