@@ -22,6 +22,7 @@ from ..config import CfgNode
 from ..inference import OpenVinoModel, contract_config
 from ..inference.contract import RT_INFO_SECTION, DeployContract, read_contract
 from ..utils.errors import ReidUserError, require_module
+from ..utils.signal_stack import preserved_signal_stack
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx
 from .quantize import CalibrationBatches, calibration_paths, check_calibration_source, keep_if_accurate
 
@@ -111,8 +112,9 @@ def quantize_openvino(fp32_path: str, output_path: str, calibration: Calibration
     contract = read_contract(fp32_path)
     model = core.read_model(fp32_path)
     try:
-        quantized = nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration.paths),
-                                  preset=nncf.QuantizationPreset.PERFORMANCE)
+        with preserved_signal_stack():  # NNCF compiles the model to collect statistics
+            quantized = nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration.paths),
+                                      preset=nncf.QuantizationPreset.PERFORMANCE)
     except Exception as e:
         raise ExportError(f"NNCF could not quantize {fp32_path}: {_first_line(e)}") from None
     label = (f"int8 NNCF post-training (int8 weights and activations, ranges over {len(calibration.paths)} "

@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from ..utils.errors import ReidUserError, require_module
+from ..utils.signal_stack import preserved_signal_stack
 from .contract import read_contract
 from .exported_model import ExportedModel
 
@@ -53,7 +54,8 @@ class OpenVinoModel(ExportedModel):
         # bfloat16, far from the PyTorch features; int8 layers of a quantized file stay int8.
         config = {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": int(threads)}
         try:
-            self.compiled = core.compile_model(core.read_model(path), "CPU", config)
+            with preserved_signal_stack():  # compiling installs a signal stack too small for Python's handlers
+                self.compiled = core.compile_model(core.read_model(path), "CPU", config)
         except Exception as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ReidUserError(f"OpenVINO cannot load {path} ({first}): pass a .xml file (with its .bin) "

@@ -1,5 +1,6 @@
 """OpenVINO: IR export with the contract, the OpenVINO back end, NNCF int8 with verification."""
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +24,7 @@ from reid_engine.inference import (
     resolve_backend,
 )
 from reid_engine.utils.errors import MissingPackageError, UsageError
+from tests.conftest import REPO_ROOT
 from tests.inference._helpers import tiny_cfg
 
 ov = pytest.importorskip("openvino")  # in requirements.txt: CI runs these tests
@@ -55,6 +57,16 @@ def test_ir_carries_the_contract_and_matches_pytorch(exported, capsys):
     assert not model.has_rt_info(["framework"])
     assert export_cli.main(["--inspect", xml]) == 0
     assert "feature_dim: 512" in capsys.readouterr().out
+
+
+def test_loading_leaves_the_signal_stack_as_it_was(exported):
+    # OpenVINO's first compile on a thread installs an ~11 KB alternate signal stack there, on which a
+    # Python-handled SIGCHLD (a loader worker ending) could crash the process: a fresh process shows it.
+    code = ("import sys; from reid_engine.utils.signal_stack import current_signal_stack as s; b = s(); "
+            "from reid_engine.inference import OpenVinoModel; m = OpenVinoModel(sys.argv[1]); print(b == s(), b, s())")
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, exported["openvino"]["path"]],
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.returncode == 0 and proc.stdout.startswith("True"), proc.stdout + proc.stderr[-2000:]
 
 
 def test_contract_errors_of_xml_files(tmp_path):
