@@ -82,6 +82,7 @@ def test_boxmot_reads_the_name_and_size_from_the_sidecar_only(boxmot_file, tmp_p
     assert ReIDModelRegistry.get_model_name(bare) is None
 
 
+@pytest.mark.slow  # 7 s in CI: reid-extract and BoxMOT on the same crops
 @needs_boxmot
 def test_boxmot_encoder_features_equal_reid_extract(boxmot_file, data_root, tiny_config_file, tmp_path):
     from boxmot.reid.backends.onnx_backend import ONNXBackend
