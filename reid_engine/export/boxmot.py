@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..inference.contract import DeployContract
+from ..inference.contract import DeployContract, pixel_stats_text
 from ..utils.file_io import atomic_write_text
 from .exporters import export_onnx
 
@@ -86,8 +86,8 @@ def boxmot_contract(contract: DeployContract) -> DeployContract:
                        contract.resize_height, contract.resize_width, contract.input_height, contract.input_width,
                        contract.input_height, contract.input_width)
     return contract.replace(input_dtype="float32", value_range="0..1", normalization="outside",
-                            pixel_mean=",".join(repr(v) for v in IMAGENET_MEAN),
-                            pixel_std=",".join(repr(v) for v in IMAGENET_STD), interpolation="bilinear",
+                            pixel_mean=pixel_stats_text(IMAGENET_MEAN), pixel_std=pixel_stats_text(IMAGENET_STD),
+                            interpolation="bilinear",
                             resize_height=contract.input_height, resize_width=contract.input_width)
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from ..config import CfgNode
 from ..inference import OpenVinoModel, contract_config
 from ..inference.contract import RT_INFO_SECTION, DeployContract, read_contract
-from ..utils.errors import ReidUserError, require_module
+from ..utils.errors import ReidUserError, first_line, require_module
 from ..utils.signal_stack import preserved_signal_stack
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx
 from .quantize import CalibrationBatches, calibration_paths, check_calibration_source, keep_if_accurate
@@ -35,10 +35,6 @@ logger = logging.getLogger(__name__)
 def require_openvino(purpose: str = "the OpenVINO export (--format openvino)"):
     """The openvino module, or a one-line MissingPackageError naming the install command."""
     return require_module("openvino", purpose)
-
-
-def _first_line(error: Exception) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def write_openvino_ir(model, xml_path: str, contract: DeployContract) -> str:
@@ -80,7 +76,7 @@ def export_openvino(module: nn.Module, example: torch.Tensor, xml_path: str, ops
         try:
             model = core.read_model(onnx_path)
         except Exception as e:
-            raise ExportError(f"OpenVINO cannot convert the ONNX export: {_first_line(e)}") from None
+            raise ExportError(f"OpenVINO cannot convert the ONNX export: {first_line(e)}") from None
         return write_openvino_ir(model, xml_path, contract)
 
 
@@ -116,7 +112,7 @@ def quantize_openvino(fp32_path: str, output_path: str, calibration: Calibration
             quantized = nncf.quantize(model, nncf.Dataset(calibration), subset_size=len(calibration.paths),
                                       preset=nncf.QuantizationPreset.PERFORMANCE)
     except Exception as e:
-        raise ExportError(f"NNCF could not quantize {fp32_path}: {_first_line(e)}") from None
+        raise ExportError(f"NNCF could not quantize {fp32_path}: {first_line(e)}") from None
     label = (f"int8 NNCF post-training (int8 weights and activations, ranges over {len(calibration.paths)} "
              "calibration images)")
     return write_openvino_ir(quantized, output_path, contract.replace(quantization=label))

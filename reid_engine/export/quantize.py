@@ -23,7 +23,7 @@ from ..data import build_reid_test_loader, build_transforms
 from ..evaluation import ReidEvaluator, inference_on_dataset
 from ..inference import SPLITS, ExportedModel, OnnxRuntimeModel, as_pil_image, collect_items, contract_config
 from ..inference.contract import DeployContract, read_contract
-from ..utils.errors import UsageError, require_module
+from ..utils.errors import UsageError, first_line, require_module
 from .exporters import ExportError, write_onnx_metadata
 
 __all__ = ["QUANTIZE_MODES", "check_calibration_source", "calibration_paths", "CalibrationBatches", "quantize_onnx",
@@ -201,9 +201,8 @@ def quantize_onnx(fp32_path: str, output_path: str, mode: str = "int8",
         except UsageError:
             raise
         except Exception as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             hint = "; try --quantize dynamic" if mode == "int8" else ""
-            raise ExportError(f"onnxruntime could not quantize {fp32_path} ({mode}): {first}{hint}") from None
+            raise ExportError(f"onnxruntime could not quantize {fp32_path} ({mode}): {first_line(e)}{hint}") from None
     write_onnx_metadata(output_path, contract.replace(quantization=label).to_dict())
     return output_path
 

@@ -25,7 +25,7 @@ from ..utils.errors import ReidUserError
 from .ort_session import onnx_session
 
 __all__ = ["CONTRACT_FILE", "RT_INFO_SECTION", "CONTRACT_VERSION", "NORMALIZATIONS", "DeployContract", "ContractError",
-           "contract_from_config", "file_sha256", "read_contract", "transform_sizes"]
+           "contract_from_config", "file_sha256", "pixel_stats_text", "read_contract", "transform_sizes"]
 
 #: the extra file of a TorchScript archive that holds the contract (JSON)
 CONTRACT_FILE = "reid_engine_contract.json"
@@ -237,13 +237,18 @@ def contract_from_config(cfg: CfgNode, feature_dim: int, input_dtype: str = "uin
     backbone = cfg.MODEL.BACKBONE.NAME + (f" depth={cfg.MODEL.BACKBONE.DEPTH}" if cfg.MODEL.BACKBONE.DEPTH else "")
     weights = cfg.MODEL.WEIGHTS or ""
     # The graph normalizes 0..255 input with the model's buffers, which come from these keys.
-    mean, std = (",".join(repr(float(v)) for v in values) for values in (cfg.MODEL.PIXEL_MEAN, cfg.MODEL.PIXEL_STD))
+    mean, std = pixel_stats_text(cfg.MODEL.PIXEL_MEAN), pixel_stats_text(cfg.MODEL.PIXEL_STD)
     return DeployContract(input_height=size[0], input_width=size[1], resize_height=resize[0], resize_width=resize[1],
                           feature_dim=int(feature_dim), input_dtype=input_dtype, normalized_features=bool(normalize),
                           flip_averaged=bool(cfg.TEST.FLIP.ENABLED), meta_architecture=cfg.MODEL.META_ARCHITECTURE,
                           backbone=backbone, normalization="inside", pixel_mean=mean, pixel_std=std,
                           source_config=os.path.basename(source_config), source_checkpoint=os.path.basename(weights),
                           source_checkpoint_sha256=file_sha256(weights) if os.path.isfile(weights) else "")
+
+
+def pixel_stats_text(values) -> str:
+    """Per-channel mean or std as a contract entry: comma-separated floats (`DeployContract.pixel_stats` reads it)."""
+    return ",".join(repr(float(v)) for v in values)
 
 
 def file_sha256(path: str) -> str:

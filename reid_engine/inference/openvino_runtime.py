@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ..utils.errors import ReidUserError, require_module
+from ..utils.errors import ReidUserError, first_line, require_module
 from ..utils.signal_stack import preserved_signal_stack
 from .contract import read_contract
 from .exported_model import ExportedModel
@@ -57,8 +57,7 @@ class OpenVinoModel(ExportedModel):
             with preserved_signal_stack():  # compiling installs a signal stack too small for Python's handlers
                 self.compiled = core.compile_model(core.read_model(path), "CPU", config)
         except Exception as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ReidUserError(f"OpenVINO cannot load {path} ({first}): pass a .xml file (with its .bin) "
+            raise ReidUserError(f"OpenVINO cannot load {path} ({first_line(e)}): pass a .xml file (with its .bin) "
                                 "written by reid-export") from None
         self._request = self.compiled.create_infer_request()
         self._output = self.compiled.output(self.contract.output_name)

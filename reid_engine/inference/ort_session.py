@@ -6,7 +6,7 @@ onnx is not installed) and `onnx_runtime` (which runs the session) both import i
 import os
 from typing import Optional, Sequence
 
-from ..utils.errors import ReidUserError, require_module
+from ..utils.errors import ReidUserError, first_line, require_module
 
 __all__ = ["onnx_session"]
 
@@ -31,6 +31,5 @@ def onnx_session(path: str, threads: int = 0, providers: Optional[Sequence[str]]
     try:
         return ort.InferenceSession(path, options, providers=list(providers or ["CPUExecutionProvider"]))
     except Exception as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise ReidUserError(f"onnxruntime cannot load {path} ({first}): pass a .onnx file written by "
+        raise ReidUserError(f"onnxruntime cannot load {path} ({first_line(e)}): pass a .onnx file written by "
                             "reid-export") from None

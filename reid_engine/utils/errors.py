@@ -17,6 +17,7 @@ import re
 from typing import Optional, Tuple
 
 __all__ = [
+    "first_line",
     "ReidUserError",
     "UsageError",
     "MissingPackageError",
@@ -99,6 +100,12 @@ def user_error_of_traceback(text: str) -> Optional[Tuple[type, str]]:
     if isinstance(error_class, type) and issubclass(error_class, ReidUserError):
         return error_class, match.group("message")
     return None
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (its class name when the message is empty): what a
+    one-line error quotes of a third-party library's multi-line exception."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def require_module(name: str, purpose: str, package: Optional[str] = None):
