@@ -121,7 +121,10 @@ def compile_scope_decision(value, mode: str, freezes: bool = False) -> Tuple[str
     that freezes layers first: releasing them changes their BatchNorm from eval to train mode,
     which recompiles what contains them. Compiled whole, the strong baseline (sbs_R50) did not
     finish 2 epochs in 5 minutes on an H100; in blocks it compiled in 36 s, recompiled the
-    released blocks in 32 s, and trained at 1.71x eager (README, "Compiled training").
+    released blocks in 32 s, and trained at 1.71x eager (README, "Compiled training"). (With
+    its cost rule, ``auto`` now usually trains a short freeze eager and compiles once, at the
+    release: engine/compile_guard.py. The frozen model is still compiled, and released,
+    under a long freeze, an explicit mode or MODEL.COMPILE_WEIGH_COST off.)
 
     Args:
         value: MODEL.COMPILE_SCOPE.

@@ -18,7 +18,10 @@ c. the compiled steady-state step is slower than the eager one: the first
 Before anything compiles, ``auto`` also weighs the cost: after its eager steps it compiles
 only when the expected saving over the iterations left exceeds the expected compile time
 (``engine.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
-short run or a fine-tune stays eager; the log line gives the estimate. Evaluations under
+short run or a fine-tune stays eager; the log line gives the estimate. A run that freezes layers
+first (SOLVER.FREEZE_ITERS) recompiles at their release, so the frozen model's graph only serves
+the frozen iterations: when compiling does not pay over those alone, ``auto`` stays eager until
+the release and compares there from the start (the model compiles once). Evaluations under
 ``auto`` run eager: a test pass would recompile the model (eval mode, no gradients) for
 longer than compiled inference saves on a test set.
 
@@ -59,9 +62,9 @@ EAGER_STEPS = 4
 COMPILE_WARMUP_STEPS = 3
 #: compiled steps timed after those (their median is the steady-state compiled step)
 TIMED_STEPS = 5
-#: steps (or evaluations) that recompiled after warm-up, allowed: FREEZE_LAYERS ending and an
-#: explicit mode's first evaluation take one each (however many graphs or blocks they compile);
-#: a model that keeps recompiling passes the cap within a few steps
+#: steps (or evaluations) that recompiled after warm-up, allowed: FREEZE_LAYERS ending (when the
+#: frozen model was compiled) and an explicit mode's first evaluation take one each (however many
+#: graphs or blocks they compile); a model that keeps recompiling passes the cap within a few steps
 RECOMPILE_CAP = 4
 
 # Where torch.compile's own frames live: an exception raised through them came from
@@ -127,16 +130,19 @@ class CompileGuard(HookBase):
 
     A comparison (auto: eager steps, then compiled steps) runs at the start of each process
     and again after a recompilation that follows a decision (a new graph, e.g. when
-    FREEZE_LAYERS ends, may be slow where the first was fast).
+    FREEZE_LAYERS ends, may be slow where the first was fast), or at the release of frozen
+    layers when it waited for it.
 
     Attributes:
         fell_back: auto turned the model back to eager.
         reason: why (empty while it stays compiled).
         compile_seconds: the estimated time of the last compilation (None until measured).
+        waited_for_release: the iteration of the release auto waited for to compile (None: no wait).
     """
 
     def __init__(self, model: nn.Module, mode: str, explicit: bool, recompile_cap: int = RECOMPILE_CAP,
-                 timer: Callable[[], float] = time.perf_counter, recipe: str = "", weigh_cost: bool = True):
+                 timer: Callable[[], float] = time.perf_counter, recipe: str = "", weigh_cost: bool = True,
+                 frozen_until: int = 0):
         """
         Args:
             model: the trained model (DDP-wrapped or not), compiled in place or eager.
@@ -148,12 +154,18 @@ class CompileGuard(HookBase):
                 written); "" keeps no record and estimates from the defaults.
             weigh_cost: under auto, stay eager when compiling would not pay for itself in the
                 iterations left (needs the trainer: its ``max_iter`` and ``iter``).
+            frozen_until: the iteration at which frozen layers are released (the LayerFreeze hook's
+                ``freeze_iters``; 0: nothing is frozen). With `weigh_cost`, auto waits for it to
+                compile when compiling the frozen model would not pay before the release.
         """
         self.model = model
         self.mode = mode
         self.explicit = explicit
         self.recipe = recipe
         self.weigh_cost = weigh_cost
+        self.frozen_until = int(frozen_until)
+        self.waited_for_release: Optional[int] = None
+        self._waiting = False  # eager steps until the release of the frozen layers
         self.estimate: Optional[compile_cost.CompileEstimate] = None
         self.decision = "compiled" if mode != "off" else "eager"
         self.recompile_cap = int(recompile_cap)
@@ -217,6 +229,13 @@ class CompileGuard(HookBase):
         if not self.active:
             step()
             return
+        if self._waiting:
+            if int(self.trainer.iter) < self.frozen_until:
+                with eager_calls(self.model):  # an ordinary step: the frozen model's graph is never compiled
+                    step()
+                return
+            self._waiting, self.estimate, self.decision, self.reason = False, None, "compiled", ""
+            self._compare_again()  # released: the whole comparison, cost rule included, from the start
         if self._comparing and self._trial < self._eager_steps:
             self._trial += 1
             with eager_calls(self.model):
@@ -224,7 +243,8 @@ class CompileGuard(HookBase):
             return
         index = self._trial - self._eager_steps  # compiled steps into the comparison
         if self._comparing and index == 0 and self._eager_times and not self._compile_pays():
-            step()  # eager for good: nothing was compiled
+            with eager_calls(self.model):  # eager for good (uncompiled), or until the release: nothing compiled
+                step()
             return
         timed = self._comparing and index < COMPILE_WARMUP_STEPS + TIMED_STEPS
         self._trial += 1
@@ -320,7 +340,7 @@ class CompileGuard(HookBase):
             if not self._comparing and not self.explicit:  # a new graph after the decision: compare again
                 logger.info("Compile: recompiled because the guard `%s` failed: comparing compiled and eager "
                             "steps again", _guard_name(self._recompiles[-1]))
-                self._comparing, self._trial, self._eager_times, self._compiled_times = True, 0, [], []
+                self._compare_again()
             return
         cause = (f"{len(self._recompiles)} steps recompiled after warm-up (more than {self.recompile_cap}), the "
                  f"last because the guard `{_guard_name(self._recompiles[-1])}` failed")
@@ -328,6 +348,10 @@ class CompileGuard(HookBase):
             raise CompileFailedError(f"MODEL.COMPILE {self.mode}: {cause} (set MODEL.COMPILE off to train eager, or "
                                      "find the changing value with TORCH_LOGS=recompiles)")
         self._fall_back(cause)
+
+    def _compare_again(self) -> None:
+        """Start a new comparison: eager steps, then compiled ones."""
+        self._comparing, self._trial, self._eager_times, self._compiled_times = True, 0, [], []
 
     def _decide(self) -> None:
         """Rule (c) and the compile-time line, once the timed compiled steps are in.
@@ -361,30 +385,44 @@ class CompileGuard(HookBase):
 
     def _compile_pays(self) -> bool:
         """Under auto, before the first compiled step: whether compiling is expected to pay for
-        itself in the iterations left; if not, the model stays eager (one log line either way)."""
+        itself in the iterations left; if not, the model stays eager (one log line either way).
+        While layers are frozen, only the frozen iterations left count (the release compiles
+        again); if they do not pay, the model runs eager until the release (one log line)."""
         if self.explicit or not self.weigh_cost or self.trainer is None or self.estimate is not None:
             return True
         eager = self._eager_step = self._eager_median()
-        remaining = int(self.trainer.max_iter) - int(self.trainer.iter)
+        now, end = int(self.trainer.iter), int(self.trainer.max_iter)
         device = next(self.model.parameters()).device.type
         self.estimate = compile_cost.estimate(self.recipe, device)
-        pays, saving = compile_cost.pays_off(self.estimate, eager, remaining)
-        text = compile_cost.describe(self.estimate, eager, remaining, saving)
-        if pays:
-            logger.info("Compile: auto compiles with mode %s: %s", self.mode, text)
-            return True
-        uncompile_model(self.model)
-        self.decision, self.reason, self._comparing = "stayed eager", f"would not pay for itself: {text}", False
-        logger.info("Compile: auto stays eager, compiling would not pay for itself: %s", text)
-        self._log_summary()
-        return False
+        pays, saving = compile_cost.pays_off(self.estimate, eager, end - now)
+        text = compile_cost.describe(self.estimate, eager, end - now, saving)
+        if not pays:
+            uncompile_model(self.model)
+            self.decision, self.reason, self._comparing = "stayed eager", f"would not pay for itself: {text}", False
+            logger.info("Compile: auto stays eager, compiling would not pay for itself: %s", text)
+            self._log_summary()
+            return False
+        if now < self.frozen_until < end:  # a release within the run: the graph compiled now serves until then
+            frozen = self.frozen_until - now
+            pays, saving = compile_cost.pays_off(self.estimate, eager, frozen)
+            if not pays:
+                text = compile_cost.describe(self.estimate, eager, frozen, saving)
+                self._waiting, self._comparing, self.waited_for_release = True, False, self.frozen_until
+                self.decision, self.reason = "waiting for the release", f"compiling the frozen model: {text}"
+                logger.info("Compile: auto waits for the release of the frozen layers at iteration %d to compile "
+                            "(the release would compile the frozen model again): until then %s",
+                            self.frozen_until, text)
+                return False
+        logger.info("Compile: auto compiles with mode %s: %s", self.mode, text)
+        return True
 
     def summary(self) -> dict:
         """The figures of this run's compilation (the ``Compile summary`` line's JSON)."""
         return {"mode": self.mode, "decision": self.decision, "reason": self.reason,
                 "compile_s": self.compile_seconds, "eager_step_s": self._eager_step,
                 "compiled_step_s": self._compiled_step, "recompiles": len(self._recompiles),
-                "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None}
+                "estimate": dataclasses.asdict(self.estimate) if self.estimate is not None else None,
+                "waited_for_release": self.waited_for_release}
 
     def _log_summary(self) -> None:
         """Log the summary line, unless it is the one logged last."""

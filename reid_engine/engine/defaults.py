@@ -296,8 +296,9 @@ class DefaultTrainer(TrainerBase):
     @classmethod
     def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module, cfg: Optional[CfgNode] = None) -> CompileGuard:
         """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode;
-        with `cfg`, it keeps and reads the compile record of this recipe (``engine.compile_cost``) and
-        weighs the compile cost under auto unless MODEL.COMPILE_WEIGH_COST is off."""
+        with `cfg`, it keeps and reads the compile record of this recipe (``engine.compile_cost``),
+        weighs the compile cost under auto unless MODEL.COMPILE_WEIGH_COST is off, and knows when
+        frozen layers are released (SOLVER.FREEZE_ITERS)."""
         mode = plan.compile_mode if is_compiled(model) else "off"  # an overridden build_model may not compile
         recipe = ""
         if cfg is not None and mode != "off":
@@ -305,7 +306,10 @@ class DefaultTrainer(TrainerBase):
                       f"autocast {plan.autocast_dtype}, channels_last {plan.channels_last}")
             recipe = compile_cost.recipe_key(model, plan.device, detail)
         weigh = bool(cfg.MODEL.COMPILE_WEIGH_COST) if cfg is not None else True
-        return CompileGuard(model, mode, explicit=plan.compile_explicit, recipe=recipe, weigh_cost=weigh)
+        # The release LayerFreeze gets from build_hooks: the same cfg (FREEZE_ITERS already scaled to the workers).
+        frozen_until = int(cfg.SOLVER.FREEZE_ITERS) if cfg is not None and freezes_layers(cfg) else 0
+        return CompileGuard(model, mode, explicit=plan.compile_explicit, recipe=recipe, weigh_cost=weigh,
+                            frozen_until=frozen_until)
 
     @classmethod
     def build_model(cls, cfg: CfgNode, plan: Optional[RunPlan] = None) -> torch.nn.Module:

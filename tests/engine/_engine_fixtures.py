@@ -42,6 +42,35 @@ def one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture
+def short_compile_comparison(monkeypatch, tmp_path):
+    """A compile record file of the test's own, a short CompileGuard comparison (2 eager steps,
+    then 1 compiling and 2 timed compiled steps) and a clean dynamo before and after."""
+    import torch._dynamo
+
+    from reid_engine.engine import compile_guard
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(compile_guard, "EAGER_STEPS", 2)
+    monkeypatch.setattr(compile_guard, "COMPILE_WARMUP_STEPS", 1)
+    monkeypatch.setattr(compile_guard, "TIMED_STEPS", 2)
+    torch._dynamo.reset()
+    torch._dynamo.utils.clear_compilation_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+class Clock:
+    """A fake timer for CompileGuard: each call advances by `step` seconds (a timed step then takes `step`)."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step  # start and end of a timed step: `step` apart
+        return self.now
+
+
 class TinyModel(nn.Module):
     """A linear -> BN -> linear classifier on 4-d inputs returning a dict of losses."""
 

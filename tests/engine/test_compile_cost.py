@@ -8,35 +8,13 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401
 
-from reid_engine.engine import compile_cost, compile_guard
+from reid_engine.engine import compile_cost
 from reid_engine.engine.compile_guard import CompileGuard
 from reid_engine.utils.compiled import is_compiled
 
-from ._engine_fixtures import TinyModel, capture_logs, make_trainer, one_torch_thread  # noqa: F401
+from ._engine_fixtures import Clock, TinyModel, capture_logs, make_trainer, one_torch_thread, short_compile_comparison  # noqa: F401
 
-
-@pytest.fixture(autouse=True)
-def private_cache(monkeypatch, tmp_path):
-    """A record file of the test's own, a short comparison, and a clean dynamo."""
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(compile_guard, "EAGER_STEPS", 2)
-    monkeypatch.setattr(compile_guard, "COMPILE_WARMUP_STEPS", 1)
-    monkeypatch.setattr(compile_guard, "TIMED_STEPS", 2)
-    torch._dynamo.reset()
-    torch._dynamo.utils.clear_compilation_metrics()
-    yield
-    torch._dynamo.reset()
-
-
-class Clock:
-    """A fake timer: each call advances by `step` seconds (every timed step then takes `step`)."""
-
-    def __init__(self, step: float):
-        self.now, self.step = 0.0, step
-
-    def __call__(self) -> float:
-        self.now += self.step  # start and end of a timed step: `step` apart
-        return self.now
+pytestmark = pytest.mark.usefixtures("short_compile_comparison")
 
 
 def _auto_guard(trainer, timer, recipe="recipe-a", **kwargs):
