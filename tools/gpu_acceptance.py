@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """One-call GPU acceptance run: each part a child process under its own time cap, one table at the end.
 
+The parts that give the headline figures run alone, one after another; then the others run in a
+pool, ``--jobs`` (4) at a time, so that every family fits one call (see "Sharing" below).
+
 On the GPU machine (the device tool: one H100, 16 cores, no internet, about 15 minutes of device
 time with start-up), from the repository root. Once, here: copy the wheels as
 ../shared/gpu-wheels/README.md says (``echo /.whl/ >> .git/info/exclude; mkdir -p .whl;
@@ -18,30 +21,42 @@ config.yaml; its checkpoints stay in ``--work`` and are deleted), ``results.json
 ``table.md``, all packed into ``$OUT/acceptance_logs.tar.gz`` every ``--pack-every`` seconds and
 at the end, so a call cut off from outside still brings its logs back.
 
-Parts, in this order (most valuable first):
+Parts, in this order: first those that run alone (nothing else running beside them), then the
+shared ones, most telling first.
 - ``env``: torch, CUDA, cuDNN, triton, the GPU, the CPUs, whether reid_engine imports, and how
   many files the inductor cache holds (0 on a bare machine: every compile time is then cold).
 - ``data``: SyntheticReID (3,822 training images: 59 iterations of batch 64 per epoch) and
   SyntheticVideoReID under the data root, generated when missing (about 25 s on one core).
-- ``bot_eager`` / ``bot_auto`` / ``bot_auto_warm`` / ``bot_auto_blocks``: BoT ResNet-50
+- ``bot_eager`` / ``bot_auto`` / ``bot_auto_warm``: BoT ResNet-50
   (configs/Market1501/bagtricks_R50.yml, 256x128, batch 64, AMP) on SyntheticReID for 2 epochs
   with an evaluation at the end: MODEL.COMPILE off; auto (the whole model, auto's scope for it);
   auto again for 1 epoch on the inductor cache bot_auto filled (what a second run of a recipe
-  pays to start compiled); auto with MODEL.COMPILE_SCOPE blocks (its bottlenecks compiled one by
-  one). ``bot_auto`` is also the family row of bagtricks_R50.
-- ``family:<name>``: 1 epoch of one config of each other shipped family under MODEL.COMPILE
-  auto, most telling first (sbs_R50, whose freeze release recompiles; the ViT; AGW; MGN; then
-  the other backbones); those at the end may get "skipped: budget": run them in a second call
-  with ``--parts family:<name> ...``. Every run sets MODEL.BACKBONE.PRETRAIN False.
+  pays to start compiled). ``bot_auto`` is also the family row of bagtricks_R50.
+- ``fastreid``: fast-reid's tools/train_net.py on the same data, only where ``import fastreid``
+  works and its checkout has tools/ (otherwise one row "not installed", no time spent).
+- shared: ``family:<name>``: 1 epoch of one config of each other shipped family under
+  MODEL.COMPILE auto, most telling first (sbs_R50, whose freeze release recompiles; the ViT; AGW;
+  MGN; then the other backbones); those the budget leaves out get "skipped: budget": run them in
+  a second call with ``--parts family:<name> ...``. Every run sets MODEL.BACKBONE.PRETRAIN False.
   kd-sbs_R101-ibn-sbs_R34's teacher is a fresh sbs_R101-ibn written by ``--write-teacher`` first
   (its logits are noise: the row measures speed and compile, not distillation); sbs_R50 ends
   its frozen-backbone phase at iteration 30, so the documented recompilation happens inside
   the epoch; mars is configs/MARS/bagtricks_R50.yml on SyntheticVideoReID (batch 16 tracklets,
   3 epochs of 9 iterations).
-- ``cuda_tests``: the test files with a ``torch.cuda.is_available()`` skipif (found in tests/
-  when the script starts), ``pytest -m "" -rA -vv`` with ``-n 4`` when pytest-xdist is there.
-- ``fastreid``: fast-reid's tools/train_net.py on the same data, only where ``import fastreid``
-  works and its checkout has tools/ (otherwise one row "not installed", no time spent).
+- shared: ``cuda_tests``: the test files with a ``torch.cuda.is_available()`` skipif (found in
+  tests/ when the script starts), ``pytest -m "" -rA -vv`` with ``-n 4`` when pytest-xdist is there.
+- shared: ``bot_auto_blocks``: bot_auto with MODEL.COMPILE_SCOPE blocks (its bottlenecks compiled
+  one by one), 2 epochs.
+
+Sharing: a shared part starts, in the order above, as soon as fewer than ``--jobs`` parts run
+(``--jobs 1``: one by one); each keeps its own cap and the budget, and starts only with
+``--min-start`` seconds left. A cold torch.compile is mostly single-threaded CPU work (dynamo,
+AOTAutograd), so parts compiling beside each other overlap well. Each pooled part gets
+TORCHINDUCTOR_COMPILE_THREADS = CPUs // jobs (unless set) and, on a full-size run, at most
+max(2, CPUs // jobs) loader workers where its config asks for more (plan_rules.loader_workers
+takes the config's 8 as it is): four parts would otherwise start 32 loader processes and
+64 compile workers on 16 cores. Step times of shared rows were measured on a shared GPU and are
+indicative; the guard's eager / compiled ratio is measured within one process, close in time.
 
 The compiled rows set MODEL.COMPILE_WEIGH_COST False: under its cost rule auto keeps a run of
 1-2 epochs eager (compiling would not pay for itself in so few iterations), and these rows are
@@ -53,6 +68,7 @@ printed in full below it):
 - part; status: ok | failed (exit N) | killed after N s (cap) | killed after N s (budget) |
   skipped: budget | skipped: <reason> | not installed | interrupted;
 - wall s: the part's commands from start to end (start-up, compilation and evaluation included);
+- shared: how many other parts ran beside it at most (0: alone the whole time);
 - step s: median ``time`` of the training steps in metrics.json (steps that compiled left out);
 - img/s: SOLVER.IMS_PER_BATCH / step s (tracklets/s for mars);
 - peak MB: the largest ``max_mem`` of the run's progress lines (CUDA memory allocated);
@@ -65,12 +81,14 @@ printed in full below it):
   part's log.
 
 Exit status: 0 when the script itself worked, whatever the parts did (read the table); 2 for
-bad arguments; 1 when interrupted (SIGTERM / SIGINT: the running part is killed, the results
-so far are written and packed) or on an internal error.
+bad arguments; 1 when interrupted (SIGTERM / SIGINT: every running part's process group is
+killed and its row says "interrupted", the results so far are written and packed) or on an
+internal error.
 
 On a CPU (the tests): ``--device cpu --tiny`` runs every part on SyntheticReIDTiny at 64x32 with
 quarter-width ResNet-18s (or each family's smallest member), batch 16, 1 epoch: 15-45 s a part
-on 2 cores. ``--list`` prints the parts, their caps and commands; docs/gpu_acceptance.md has it all.
+on 2 cores. ``--list`` prints the parts (alone or shared), their caps and commands;
+docs/gpu_acceptance.md has it all, with an estimate of the run's length.
 """
 import argparse
 import contextlib
@@ -78,6 +96,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import queue
 import re
 import shlex
 import shutil
@@ -99,12 +118,14 @@ MARK = "[gpu_acceptance] "  # starts the lines this script adds to a part's log
 TEST_OUTCOME = re.compile(r"\b(PASSED|FAILED|SKIPPED|ERROR)\b")
 
 DEFAULT_BUDGET = 470.0
-# Seconds per part (a family without its own entry gets "family"). env, data and the BoT runs
-# sum to 30 + 90 + 60 + 120 + 60 + 120 = 480 s, more than the budget only on a bare machine that
-# must also generate the data; the families fill what is left.
+DEFAULT_JOBS = 4
+# Seconds per part (a family without its own entry gets "family"). The parts run alone (env, data,
+# bot_eager, bot_auto, bot_auto_warm) may take 30 + 90 + 60 + 120 + 60 = 360 s at worst (about
+# 160 s measured on an H100); the pool fills what is left, 4 parts at a time.
 DEFAULT_CAPS = {"env": 30, "data": 90, "bot_eager": 60, "bot_auto": 120, "bot_auto_warm": 60, "bot_auto_blocks": 120,
-                "fastreid": 120, "cuda_tests": 100, "family": 90, "family:bagtricks_vit": 120,
+                "fastreid": 120, "cuda_tests": 100, "family": 90, "family:sbs_R50": 120, "family:bagtricks_vit": 120,
                 "family:kd-sbs_R101-ibn-sbs_R34": 120, "family:mars": 120, "fake": 60}
+POLL_S = 0.1  # how often a running part looks for an interrupt of the whole run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +211,7 @@ class Part:
     run_dir: Optional[str] = None  # a training run's OUTPUT_DIR
     cleanup: List[str] = dataclasses.field(default_factory=list)  # folders removed before it starts
     skip: str = ""  # the status when it cannot run here ("not installed", "skipped: ...")
+    shared: bool = False  # may run beside other shared parts (with --jobs > 1); else it runs alone
 
 
 @dataclasses.dataclass
@@ -279,8 +301,49 @@ def family_part(args, family: Family) -> Part:
     return part
 
 
+def usable_cpu_count() -> int:
+    """The CPUs this process may run on (its affinity), else the machine's.
+
+    Not utils.cpu_budget.usable_cpus: the script imports no reid_engine module before a run is read."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def config_value(path: str, key: str):
+    """A dotted key of a YAML config, the nearest file of its ``_BASE_`` chain first; None when none sets it."""
+    import yaml
+
+    while path:
+        data = yaml.safe_load(read_text(path)) or {}
+        node = data
+        for name in key.split("."):
+            node = node.get(name) if isinstance(node, dict) else None
+        if node is not None:
+            return node
+        base = data.get("_BASE_")
+        path = os.path.join(os.path.dirname(path), base) if base else ""
+    return None
+
+
+def limit_loader_workers(part: Part, jobs: int, cpus: int) -> None:
+    """Cap DATALOADER.NUM_WORKERS of a pooled training part to its share of the CPUs (at least 2).
+
+    plan_rules.loader_workers takes the config's count as it is (8 in the shipped recipes): four
+    parts beside each other would start 32 loader processes on 16 cores. A config (or its default,
+    when no file sets it) at or under the share is left as it is."""
+    command = part.commands[-1]
+    share = max(2, cpus // jobs)
+    config = command[command.index("--config-file") + 1]
+    try:
+        workers = int(config_value(config, "DATALOADER.NUM_WORKERS"))
+    except Exception:  # unset, or a file yaml cannot read: cap it
+        workers = share + 1
+    if workers > share:
+        command += ["DATALOADER.NUM_WORKERS", str(share)]
+
+
 def build_parts(args) -> List[Part]:
-    """Every part, in the default order (see the module doc)."""
+    """Every part, in the default order (see the module doc): those that run alone first, then the
+    shared ones, most telling first; training parts that will share the machine get fewer loader workers."""
     py, names = sys.executable, data_names(args.tiny)
     epochs = 1 if args.tiny else 2
     parts = [
@@ -290,20 +353,28 @@ def build_parts(args) -> List[Part]:
     ]
     # bot_auto compiles what auto chooses (the whole model), bot_auto_blocks the repeated blocks: the
     # compile time and steady speed of both scopes, side by side. bot_auto_warm repeats bot_auto's
-    # recipe (1 epoch) on the cache bot_auto filled: the warm start.
+    # recipe (1 epoch) on the cache bot_auto filled: the warm start. The headline figures (eager,
+    # auto, warm, fast-reid) run alone: a shared GPU would blur them.
+    bot = {}
     for name, mode, extra, n in (("bot_eager", "off", (), epochs), ("bot_auto", "auto", COMPILE_ALWAYS, epochs),
                                  ("bot_auto_warm", "auto", COMPILE_ALWAYS, 1),
                                  ("bot_auto_blocks", "auto", COMPILE_ALWAYS + ("MODEL.COMPILE_SCOPE", "blocks"), epochs)):
         run_dir = os.path.join(args.work, name)
-        parts.append(Part(name, "train", [train_command(args, BOT_CONFIG, run_dir, mode, n, extra, tiny=RESNET_TINY)],
-                          run_dir=run_dir, cleanup=[run_dir]))
-    parts += [family_part(args, family) for family in FAMILIES]
+        bot[name] = Part(name, "train", [train_command(args, BOT_CONFIG, run_dir, mode, n, extra, tiny=RESNET_TINY)],
+                         run_dir=run_dir, cleanup=[run_dir])
+    parts += [bot["bot_eager"], bot["bot_auto"], bot["bot_auto_warm"], fastreid_part(args, epochs)]
+    pool = [family_part(args, family) for family in FAMILIES]
     files = cuda_test_files()
     xdist = ["-n", "4"] if importlib.util.find_spec("xdist") else []
-    parts.append(Part("cuda_tests", "tests", [[py, "-m", "pytest", "-p", "no:cacheprovider", "-m", "", "-rA", "-vv", *xdist,
-                                                *files]], skip="" if files else "skipped: no CUDA-only test files"))
-    parts.append(fastreid_part(args, epochs))
-    parts += [Part(name, "fake", [shlex.split(command)]) for name, command in args.fake_part]
+    pool.append(Part("cuda_tests", "tests", [[py, "-m", "pytest", "-p", "no:cacheprovider", "-m", "", "-rA", "-vv", *xdist,
+                                              *files]], skip="" if files else "skipped: no CUDA-only test files"))
+    pool.append(bot["bot_auto_blocks"])
+    for part in pool:
+        part.shared = True
+        if part.kind == "train" and args.jobs > 1 and not args.tiny:  # tiny runs load in the process
+            limit_loader_workers(part, args.jobs, usable_cpu_count())
+    parts += pool
+    parts += [Part(name, "fake", [shlex.split(command)], shared=shared) for name, command, shared in args.fake_part]
     return parts
 
 
@@ -339,8 +410,18 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def _wait(proc: subprocess.Popen, until: float, stop: Optional[threading.Event]) -> Optional[int]:
+    """The process's exit status, or None once the monotonic time `until` passes or `stop` is set."""
+    while True:
+        left = until - time.monotonic()
+        if left <= 0 or (stop is not None and stop.is_set()):
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(timeout=left if stop is None else min(left, POLL_S))
+
+
 def run_commands(commands: List[List[str]], log_path: str, limit_s: float, limit_kind: str, grace_s: float,
-                 env: Optional[Dict[str, str]] = None) -> Outcome:
+                 env: Optional[Dict[str, str]] = None, stop: Optional[threading.Event] = None) -> Outcome:
     """Run `commands` one after another, each in its own process group, all within `limit_s` seconds.
 
     Output goes to `log_path`. Past the limit the group gets SIGTERM, then SIGKILL after `grace_s`.
@@ -348,8 +429,11 @@ def run_commands(commands: List[List[str]], log_path: str, limit_s: float, limit
 
     Args:
         limit_kind: what set the limit ("cap" or "budget"), for the status.
+        stop: set from another thread when the whole run is interrupted: the group gets SIGKILL
+            at once (as on an interrupt in this thread) and the status is "interrupted".
     Returns:
-        ok | failed (exit N) | failed (signal N) | killed after N s (<limit_kind>), and the wall time.
+        ok | failed (exit N) | failed (signal N) | killed after N s (<limit_kind>) | interrupted,
+        and the wall time.
     """
     start = time.monotonic()
     with open(log_path, "a", encoding="utf-8") as log:
@@ -359,17 +443,18 @@ def run_commands(commands: List[List[str]], log_path: str, limit_s: float, limit
             proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             try:
-                rc = proc.wait(timeout=max(0.0, start + limit_s - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc, signal.SIGKILL)
-                    proc.wait()
-                status = f"killed after {limit_s:.0f} s ({limit_kind})"
-                log.write(f"{MARK}{status}\n")
-                return Outcome(status, time.monotonic() - start)
+                rc = _wait(proc, start + limit_s, stop)
+                if rc is None:
+                    if stop is not None and stop.is_set():
+                        status = "interrupted"  # the finally below kills the group at once
+                    else:
+                        _signal_group(proc, signal.SIGTERM)
+                        if _wait(proc, time.monotonic() + grace_s, stop) is None:
+                            _signal_group(proc, signal.SIGKILL)
+                            proc.wait()
+                        status = f"killed after {limit_s:.0f} s ({limit_kind})"
+                    log.write(f"{MARK}{status}\n")
+                    return Outcome(status, time.monotonic() - start)
             finally:
                 if proc.poll() is None:  # interrupted while waiting
                     _signal_group(proc, signal.SIGKILL)
@@ -566,7 +651,7 @@ def keep_run_files(part: Part, out: str) -> None:
 
 
 # ------------------------------------------------------------------------------------ output
-COLUMNS = (("part", "part", None), ("status", "status", None), ("wall_s", "wall s", ".0f"),
+COLUMNS = (("part", "part", None), ("status", "status", None), ("wall_s", "wall s", ".0f"), ("shared", "shared", None),
            ("step_s", "step s", ".4f"), ("img_s", "img/s", ".0f"), ("peak_mb", "peak MB", ".0f"),
            ("compile_s", "compile s", ".1f"), ("eager_step_s", "eager step s", ".4f"),
            ("compiled_step_s", "compiled step s", ".4f"), ("speedup", "speedup", ".2f"),
@@ -632,12 +717,12 @@ def parse_caps(items: List[str]) -> Dict[str, float]:
     return caps
 
 
-def parse_fake_part(item: str):
-    """`name=command` of the hidden --fake-part option (tests)."""
+def parse_fake_part(item: str, shared: bool = False):
+    """`name=command` of the hidden --fake-part (runs alone) and --fake-shared-part options (tests)."""
     name, sep, command = item.partition("=")
     if not sep or not name or not command:
         raise argparse.ArgumentTypeError(f"{item!r}: write name=command")
-    return name, command
+    return name, command, shared
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -654,11 +739,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parts", nargs="+", default=None, help="parts to run (default: all, in order; 'family': all families)")
     parser.add_argument("--caps", nargs="+", default=[], metavar="PART=SECONDS", help="time caps per part or group")
     parser.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="seconds for the whole run")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS,
+                        help="shared parts (the families, cuda_tests, bot_auto_blocks) run this many at once; 1: one by one")
     parser.add_argument("--min-start", type=float, default=20.0, help="a part starts only with this many seconds left")
     parser.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     parser.add_argument("--pack-every", type=float, default=5.0, help="seconds between archive refreshes")
     parser.add_argument("--list", action="store_true", help="print the parts with their caps and commands, run nothing")
+    # Test parts, in the order given: --fake-part runs alone, --fake-shared-part in the pool.
     parser.add_argument("--fake-part", action="append", type=parse_fake_part, default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--fake-shared-part", action="append", dest="fake_part", help=argparse.SUPPRESS,
+                        type=lambda item: parse_fake_part(item, shared=True))
     parser.add_argument("--write-teacher", default="", help=argparse.SUPPRESS)
     return parser
 
@@ -686,45 +776,124 @@ def write_teacher(folder: str, data_root: str, tiny: bool) -> None:
     print(f"teacher written: {config}, {weights} ({cfg.MODEL.HEADS.NUM_CLASSES} classes)")
 
 
-def run_part(part: Part, args, out: str, deadline: float, caps: Dict[str, float]) -> dict:
-    """Run one part within its cap and what is left of the budget; its row."""
+def part_env(part: Part, jobs: int) -> Dict[str, str]:
+    """The environment of a part's commands.
+
+    A pooled part gets its share of the CPUs for inductor's compile workers (by default as many
+    as the machine has, in each of the parts compiling at once), unless the user set the count."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    if part.shared and jobs > 1:
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, usable_cpu_count() // jobs)))
+    return env
+
+
+def skip_status(part: Part, left_s: float, min_start_s: float) -> str:
+    """Why the part does not start with `left_s` seconds of the budget left ("" when it starts)."""
+    return part.skip or ("skipped: budget" if left_s < min_start_s else "")
+
+
+def run_part(part: Part, args, out: str, deadline: float, caps: Dict[str, float],
+             stop: Optional[threading.Event] = None) -> dict:
+    """Run one part (that :func:`skip_status` let start) within its cap and what is left of the budget; its row."""
     left = deadline - time.monotonic()
-    if part.skip:
-        return summarize(part, part.skip, None, "")
-    if left < args.min_start:
-        return summarize(part, "skipped: budget", None, "")
     cap = cap_of(part.name, caps)
     limit, kind = (cap, "cap") if cap <= left - args.grace else (max(1.0, left - args.grace), "budget")
     for folder in part.cleanup:
         shutil.rmtree(folder, ignore_errors=True)
     log_path = os.path.join(out, "logs", safe_name(part.name) + ".log")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     try:
-        outcome = run_commands(part.commands, log_path, limit, kind, args.grace, env)
+        outcome = run_commands(part.commands, log_path, limit, kind, args.grace, part_env(part, args.jobs), stop)
     finally:
         keep_run_files(part, out)
     return summarize(part, outcome.status, outcome.wall_s, read_text(log_path))
 
 
+def max_overlap(span: Sequence[float], others: Sequence[Sequence[Optional[float]]]) -> int:
+    """How many of the `others` (start, end) spans ran at once beside `span` at most (end None: still running)."""
+    start, end = span
+    live = [(s, float("inf") if e is None else e) for s, e in others if s < end and (e is None or e > start)]
+    # the count only rises at a start: the span's own or one inside it
+    return max(sum(1 for s, e in live if s <= t < e) for t in [start] + [s for s, _ in live if s > start])
+
+
+def may_start(part: Part, running: List[Part], jobs: int) -> bool:
+    """Whether `part` may start beside the `running` ones: a part alone only on an idle machine,
+    a shared one beside shared ones only, up to `jobs` at once."""
+    return not running or (part.shared and all(p.shared for p in running) and len(running) < jobs)
+
+
 def run_all(parts: List[Part], args, out: str, caps: Dict[str, float], meta: dict, rows: List[dict]) -> None:
-    """Run the parts in order, appending their rows to `rows` and writing the results after each
-    (an interrupt marks the running part and propagates)."""
-    deadline = time.monotonic() + args.budget
+    """Run the parts, each started in list order once :func:`may_start` lets it, each in a thread.
+
+    `rows` holds the rows in the parts' order (not the order they end in), the running ones as
+    "running"; the results are written after every start and end. An interrupt (raised in this,
+    the main thread) kills every running part's process group, marks those parts "interrupted"
+    and propagates."""
     start = time.monotonic()
-    for part in parts:
-        print(f"[{time.monotonic() - start:4.0f} s] {part.name} ...", flush=True)
-        write_results(out, rows + [{"part": part.name, "status": "running"}], meta)
-        try:
-            row = run_part(part, args, out, deadline, caps)
-        except (Interrupted, KeyboardInterrupt):
-            rows.append({"part": part.name, "status": "interrupted"})
-            raise
-        finally:
-            meta["elapsed_s"] = round(time.monotonic() - start, 1)
-            write_results(out, rows, meta)
-        rows.append(row)
+    deadline = start + args.budget
+    done: Dict[int, dict] = {}
+    spans: Dict[int, List[Optional[float]]] = {}  # [start, end] of the parts that ran, by index
+    running: Dict[int, threading.Thread] = {}
+    finished: "queue.Queue" = queue.Queue()  # (index, row, end) from the threads
+    stop = threading.Event()
+
+    def say(text: str) -> None:
+        print(f"[{time.monotonic() - start:4.0f} s] {text}", flush=True)
+
+    def publish() -> None:
+        rows[:] = [done.get(i, {"part": parts[i].name, "status": "running"}) for i in sorted({*done, *running})]
+        meta["elapsed_s"] = round(time.monotonic() - start, 1)
         write_results(out, rows, meta)
-        print(f"[{time.monotonic() - start:4.0f} s] {part.name}: {row['status']}", flush=True)
+
+    def work(i: int) -> None:
+        try:
+            row = run_part(parts[i], args, out, deadline, caps, stop)
+        except Exception as e:  # a fault of this script in one part must not leave the pool waiting
+            row = {"part": parts[i].name, "status": f"failed (script error: {type(e).__name__}: {e})", "wall_s": None}
+        finished.put((i, row, time.monotonic()))
+
+    def end(i: int, row: dict, end_s: float) -> None:
+        spans[i][1] = end_s
+        others = [span for j, span in spans.items() if j != i]
+        done[i] = {**row, "shared": max_overlap(spans[i], others) if row["wall_s"] is not None else None}
+        running.pop(i).join()
+
+    index = 0
+    try:
+        while index < len(parts) or running:
+            while index < len(parts) and may_start(parts[index], [parts[i] for i in running], args.jobs):
+                part = parts[index]
+                say(f"{part.name} ...")
+                status = skip_status(part, deadline - time.monotonic(), args.min_start)
+                if status:
+                    done[index] = {**summarize(part, status, None, ""), "shared": None}
+                    say(f"{part.name}: {status}")
+                else:
+                    spans[index] = [time.monotonic(), None]
+                    thread = threading.Thread(target=work, args=(index,), name=part.name, daemon=True)
+                    thread.start()
+                    running[index] = thread
+                index += 1
+                publish()
+            with contextlib.suppress(queue.Empty):  # a timeout keeps signals prompt on any platform
+                i, row, end_s = finished.get(timeout=1.0)
+                end(i, row, end_s)
+                say(f"{parts[i].name}: {row['status']}")
+                publish()
+    except BaseException:  # an interrupt, or a fault of this script: no part may outlive the run
+        stop.set()
+        for i in running:
+            done[i] = {"part": parts[i].name, "status": "interrupted"}
+        with contextlib.suppress(OSError):
+            publish()  # marked before the wait, in case a second signal cuts it short
+        for thread in running.values():
+            thread.join(timeout=args.grace + 5)  # run_commands kills its group at once on `stop`
+        while not finished.empty():  # parts that ended on their own just before the interrupt
+            i, row, end_s = finished.get_nowait()
+            if row["status"] != "interrupted":
+                end(i, row, end_s)
+        publish()
+        raise
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -738,6 +907,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.device == "cpu" and not args.tiny:
         print("note: --device cpu without --tiny trains full-size models on the CPU (slow)", flush=True)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: give 1 or more")
     try:
         caps = parse_caps(args.caps)
         parts = select_parts(build_parts(args), args.parts)
@@ -745,7 +916,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(str(e))
     if args.list:
         for part in parts:
-            print(f"{part.name} (cap {cap_of(part.name, caps):.0f} s){': ' + part.skip if part.skip else ''}")
+            print(f"{part.name} ({'shared' if part.shared else 'alone'}, cap {cap_of(part.name, caps):.0f} s)"
+                  f"{': ' + part.skip if part.skip else ''}")
             for command in part.commands:
                 print("    " + shlex.join(command))
         return 0
@@ -754,8 +926,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name in ("logs", "runs"):
         shutil.rmtree(os.path.join(out, name), ignore_errors=True)
         os.makedirs(os.path.join(out, name))
-    meta = {"command": sys.argv[1:] if argv is None else list(argv),
-            "budget_s": args.budget, "caps": caps, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "finished": False}
+    meta = {"command": sys.argv[1:] if argv is None else list(argv), "budget_s": args.budget, "jobs": args.jobs,
+            "caps": caps, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "finished": False}
     packer = Packer(out, archive, args.pack_every).start()
     rows: List[dict] = []
     status = 0
