@@ -17,7 +17,7 @@ from the last checkpoint when a hook's own loader died.
 import re
 import signal
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from ..utils.errors import ReidUserError
 from .preemption import STOP_SIGNALS, requested_signal
@@ -57,6 +57,24 @@ def _killed_by(exc: BaseException) -> Optional[str]:
     return _signal_by_description(killed.group("signal").strip()) if killed else None
 
 
+def _exited_by_signal(exc: BaseException) -> Optional[Tuple[str, str]]:
+    """(pid, signal name) of the worker an "exited unexpectedly" error names, when it was one
+    worker ended by a signal, else None.
+
+    torch raises that error from its own liveness check, which reaps the dead worker first, so
+    its SIGCHLD handler can no longer tell the signal (which of the two reports a death is a
+    race); the worker objects it checked, with their exit codes, are in that frame.
+    """
+    wait_code = _fetch_wait_code()
+    for frame in _traceback_frames(exc):
+        if wait_code is not None and frame.f_code is wait_code:
+            failed = frame.f_locals.get("failed_workers") or []
+            codes = [getattr(w, "exitcode", None) for w in failed]
+            if len(failed) == 1 and isinstance(codes[0], int) and codes[0] < 0:
+                return str(failed[0].pid), signal.Signals(-codes[0]).name
+    return None
+
+
 def loader_worker_error(exc: BaseException, iteration: int) -> Optional[DataLoaderWorkerDied]:
     """The one-line error for a DataLoader's dead-worker RuntimeError, or None for any other error.
 
@@ -70,9 +88,10 @@ def loader_worker_error(exc: BaseException, iteration: int) -> Optional[DataLoad
         return None
     text = str(exc)
     killed = _KILLED.search(text)
-    if killed:
-        name = _killed_by(exc)
-        worker = f"data-loader worker (pid {killed.group('pid')}) was killed by {name}"
+    by_signal = None if killed else _exited_by_signal(exc)
+    if killed or by_signal:
+        pid, name = (killed.group("pid"), _killed_by(exc)) if killed else by_signal
+        worker = f"data-loader worker (pid {pid}) was killed by {name}"
         if name == "SIGKILL":
             cause = "most likely by the out-of-memory killer (see `dmesg`, or the job's memory limit)"
         else:
