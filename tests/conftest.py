@@ -86,6 +86,18 @@ UNMARKED_SLOW_SECONDS = 5.0
 _unmarked_slow = {}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (each worker collects; ``--dist loadfile`` hands whole files to whichever
+    worker is free, in collection order): the files with the most slow tests first, so that a long
+    file does not start last while the other worker has nothing left. A plain run keeps pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_per_file = {}
+    for item in items:
+        slow_per_file[item.path] = slow_per_file.get(item.path, 0) + ("slow" in item.keywords)
+    items.sort(key=lambda item: -slow_per_file[item.path])  # stable: files and tests keep their order otherwise
+
+
 def pytest_runtest_logreport(report):
     """Add up each unmarked test's phases, to name the slow ones in the terminal summary."""
     if "slow" not in report.keywords:
