@@ -139,8 +139,10 @@ def test_default_trainer_waits_for_the_release_and_compiles_once(data_root, tmp_
             plan = super().build_run_plan(cfg)  # CPU auto plans eager: compile the blocks as on a GPU
             return dataclasses.replace(plan, compile_mode="default", compile_explicit=False, compile_scope="blocks")
 
+    # quarter width and no periodic checkpoint: the steps and the saves were most of the test's time
     cfg = tiny_trainer_cfg(data_root, tmp_path, "MODEL.COMPILE_BACKEND", "eager", "SOLVER.FREEZE_ITERS", 8,
-                           "MODEL.FREEZE_LAYERS", "['backbone']", "TEST.EVAL_PERIOD", 100)
+                           "MODEL.FREEZE_LAYERS", "['backbone']", "TEST.EVAL_PERIOD", 100,
+                           "MODEL.BACKBONE.WIDTH_MULT", 0.25, "SOLVER.CHECKPOINT_PERIOD", 100)
     trainer = AutoOnCpu(cfg)
     guard = trainer.compile_guard
     freeze = [h for h in trainer._hooks if isinstance(h, LayerFreeze)]
