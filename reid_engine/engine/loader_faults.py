@@ -65,13 +65,11 @@ def _exited_by_signal(exc: BaseException) -> Optional[Tuple[str, str]]:
     its SIGCHLD handler can no longer tell the signal (which of the two reports a death is a
     race); the worker objects it checked, with their exit codes, are in that frame.
     """
-    wait_code = _fetch_wait_code()
-    for frame in _traceback_frames(exc):
-        if wait_code is not None and frame.f_code is wait_code:
-            failed = frame.f_locals.get("failed_workers") or []
-            codes = [getattr(w, "exitcode", None) for w in failed]
-            if len(failed) == 1 and isinstance(codes[0], int) and codes[0] < 0:
-                return str(failed[0].pid), signal.Signals(-codes[0]).name
+    frame = _fetch_wait_frame(_traceback_frames(exc))
+    failed = (frame.f_locals.get("failed_workers") or []) if frame is not None else []
+    code = getattr(failed[0], "exitcode", None) if len(failed) == 1 else None
+    if isinstance(code, int) and code < 0:
+        return str(failed[0].pid), signal.Signals(-code).name
     return None
 
 
@@ -120,10 +118,15 @@ def _fetch_wait_code() -> Any:
         return None
 
 
+def _fetch_wait_frame(frames: Iterable[Any]) -> Any:
+    """The first of `frames` that is torch's wait for a batch from the workers, or None."""
+    wait_code = _fetch_wait_code()
+    return next((frame for frame in frames if frame.f_code is wait_code), None) if wait_code is not None else None
+
+
 def _in_fetch_wait(frames: Iterable[Any]) -> bool:
     """Whether one of `frames` is torch's wait for a batch from the workers."""
-    wait_code = _fetch_wait_code()
-    return wait_code is not None and any(frame.f_code is wait_code for frame in frames)
+    return _fetch_wait_frame(frames) is not None
 
 
 def _frames_up(frame: Any, limit: int = 32) -> Iterator[Any]:
