@@ -32,16 +32,21 @@ def _libc() -> Optional[ctypes.CDLL]:
         return None
 
 
+#: ``SS_DISABLE`` of <signal.h>: the thread has no alternate signal stack
+_SS_DISABLE = 2
+
+
+def _read_stack(libc: Optional[ctypes.CDLL]) -> Optional[_StackT]:
+    """The calling thread's alternate signal stack, or None where it cannot be read."""
+    stack = _StackT()
+    return stack if libc is not None and libc.sigaltstack(None, ctypes.byref(stack)) == 0 else None
+
+
 def current_signal_stack() -> Optional[tuple]:
     """(address, flags, size) of the calling thread's alternate signal stack, or None where
     it cannot be read (not Linux)."""
-    libc = _libc()
-    if libc is None:
-        return None
-    stack = _StackT()
-    if libc.sigaltstack(None, ctypes.byref(stack)) != 0:
-        return None
-    return stack.ss_sp, stack.ss_flags, stack.ss_size
+    stack = _read_stack(_libc())
+    return (stack.ss_sp, stack.ss_flags, stack.ss_size) if stack is not None else None
 
 
 @contextlib.contextmanager
@@ -50,15 +55,15 @@ def preserved_signal_stack() -> Iterator[None]:
     it cannot be read). The stack the block installed is not freed: its owner may still
     point other threads or its own handlers at it."""
     libc = _libc()
-    saved = _StackT()
-    if libc is None or libc.sigaltstack(None, ctypes.byref(saved)) != 0:
+    saved = _read_stack(libc)
+    if saved is None:
         yield
         return
     try:
         yield
     finally:
-        now = _StackT()
-        if libc.sigaltstack(None, ctypes.byref(now)) == 0 and (now.ss_sp, now.ss_size) != (saved.ss_sp, saved.ss_size):
-            # SS_ONSTACK is a state, not a flag one may set; SS_DISABLE (2) stays as it was.
-            restore = _StackT(saved.ss_sp, saved.ss_flags & 2, saved.ss_size)
+        now = _read_stack(libc)
+        if now is not None and (now.ss_sp, now.ss_size) != (saved.ss_sp, saved.ss_size):
+            # SS_ONSTACK is a state, not a flag one may set; SS_DISABLE stays as it was.
+            restore = _StackT(saved.ss_sp, saved.ss_flags & _SS_DISABLE, saved.ss_size)
             libc.sigaltstack(ctypes.byref(restore), None)
