@@ -19,7 +19,7 @@ while a submodule that needs a name from its own package's ``__init__`` while th
 ``if TYPE_CHECKING:`` count like any other; ``importlib.import_module`` calls are not seen.
 
 Layers, lowest first (docs/architecture.md): utils < config < data, modeling, solver,
-evaluation, clustering < inference, export, engine < tune < cli. A module may import its own
+evaluation, clustering < inference, export, engine, integrations < tune, gallery < cli. A module may import its own
 package and any lower layer. Within a layer it may import another package only where
 SIDEWAYS_ALLOWED says so; layer-2 packages never import each other. Upward imports are
 allowed only in ALLOWED_UPWARD, and only lazily (inside a function), which is also why
@@ -47,7 +47,9 @@ LAYERS: Dict[str, int] = {
     "inference": 3,
     "export": 3,
     "engine": 3,
+    "integrations": 3,
     "tune": 4,
+    "gallery": 4,
     "cli": 5,
 }
 
@@ -57,6 +59,8 @@ SIDEWAYS_ALLOWED: Dict[Tuple[str, str], str] = {
                              "feature module that inference defines (docs: export uses the model)",
     ("engine", "inference"): "the training loop's evaluation and rank pictures reuse inference's "
                              "feature extraction and rank lists (inference never imports engine)",
+    ("engine", "integrations"): "the engine builds its event writers (MLflow, tensorboard) from "
+                                "integrations, which never import the engine",
     ("clustering", "evaluation"): "the pseudo-label graph is evaluation's k-reciprocal Jaccard distance "
                                   "(the re-ranking machinery); evaluation never imports clustering",
 }
