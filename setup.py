@@ -50,6 +50,8 @@ setup(
         "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
         "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],
+        # reid-index (person search): faiss embedded; Milvus (a server, or Milvus Lite in-process)
+        "search": ["faiss-cpu>=1.8", "pymilvus>=2.4", "milvus-lite>=2.4"],
     },
     entry_points={
         "console_scripts": [
@@ -61,6 +63,7 @@ setup(
             "reid-benchmark=reid_engine.cli.benchmark:main",
             "reid-data=reid_engine.cli.data:main",
             "reid-tune=reid_engine.cli.tune:main",
+            "reid-index=reid_engine.cli.index:main",
         ]
     },
 )

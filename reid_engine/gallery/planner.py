@@ -1,0 +1,107 @@
+"""Which faiss index a gallery gets: exact for small galleries, IVF above, tuned to a recall target.
+
+Measured on ReID-like 256-d features (tools/benchmarks/bench_gallery.py, docs/search.md):
+below `EXACT_MAX_ITEMS` a flat (exact) index answers a query in well under 5 ms on 2 cores,
+so nothing approximate is needed; above it an inverted-file index with flat (uncompressed)
+lists (IVF-Flat, about 4 sqrt(N) lists) reaches recall@10 >= 0.99 while scanning a few
+percent of the gallery. Its `nprobe` is not guessed: `calibrate` searches a sample of
+the gallery's own items (each one's own row left out) with growing `nprobe` until the
+recall@k against exact search reaches the target. HNSW is available by name
+(``kind="hnsw"``), tuned the same way through ``efSearch``; its build costs several
+times IVF's at 1M items, which is why "auto" does not pick it.
+"""
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from ..utils.errors import UsageError
+
+__all__ = ["INDEX_KINDS", "EXACT_MAX_ITEMS", "DEFAULT_RECALL_TARGET", "IndexPlan", "plan_index", "calibrate",
+           "recall_at_k"]
+
+INDEX_KINDS = ("auto", "flat", "ivf", "hnsw")
+EXACT_MAX_ITEMS = 50_000
+DEFAULT_RECALL_TARGET = 0.99
+CALIBRATION_QUERIES = 500
+CALIBRATION_K = 10
+
+
+@dataclass
+class IndexPlan:
+    """An index kind with its parameters (`search_param`: nprobe for IVF, efSearch for HNSW)."""
+
+    kind: str
+    recall_target: float = DEFAULT_RECALL_TARGET
+    requested: str = "auto"
+    nlist: int = 0
+    hnsw_m: int = 0
+    ef_construction: int = 0
+    search_param: int = 0
+    calibrated_recall: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        """The plan as a JSON-ready dict (what `info` shows)."""
+        return asdict(self)
+
+
+def plan_index(num_items: int, kind: str = "auto", recall_target: float = DEFAULT_RECALL_TARGET) -> IndexPlan:
+    """The index for a gallery of `num_items` (search parameters are set later by `calibrate`).
+
+    Args:
+        num_items: gallery size.
+        kind: "auto" (flat up to EXACT_MAX_ITEMS, else ivf), or "flat", "ivf", "hnsw".
+        recall_target: recall@10 against exact search the approximate index must reach.
+    """
+    if kind not in INDEX_KINDS:
+        raise UsageError(f"unknown index kind {kind!r} (--index-type): use one of {', '.join(INDEX_KINDS)}")
+    if not 0.0 < recall_target <= 1.0:
+        raise UsageError(f"--recall-target {recall_target} must be in (0, 1]: e.g. 0.99")
+    requested = kind
+    if kind == "auto":
+        kind = "flat" if num_items <= EXACT_MAX_ITEMS or recall_target >= 1.0 else "ivf"
+    if kind == "ivf":
+        # ~4 sqrt(N) lists, and at least 39 training points per list (faiss' k-means warns below)
+        nlist = max(1, min(int(4 * math.sqrt(max(num_items, 1))), num_items // 39))
+        return IndexPlan("ivf", recall_target, requested, nlist=nlist)
+    if kind == "hnsw":
+        return IndexPlan("hnsw", recall_target, requested, hnsw_m=32, ef_construction=80)
+    return IndexPlan("flat", recall_target, requested)
+
+
+def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray) -> float:
+    """Mean over queries of |approximate top-k ∩ exact top-k| / k (rows of ids, -1 = empty)."""
+    hits = [len(set(a[a >= 0]) & set(e[e >= 0])) / max(1, int((e >= 0).sum())) for a, e in zip(approx_ids, exact_ids)]
+    return float(np.mean(hits)) if hits else 1.0
+
+
+def calibrate(plan: IndexPlan, search: Callable[[np.ndarray, int, int], np.ndarray],
+              exact_search: Callable[[np.ndarray, int], np.ndarray], vectors: np.ndarray, rows: np.ndarray,
+              max_param: int) -> IndexPlan:
+    """Set the smallest search parameter (doubling from 1 for IVF, from 16 for HNSW) that reaches the recall target.
+
+    Args:
+        plan: an "ivf" or "hnsw" plan (changed in place and returned).
+        search: ``search(queries, k, param) -> ids`` of the approximate index.
+        exact_search: ``exact_search(queries, k) -> ids`` of exact search over the same items.
+        vectors: the sample's query vectors; rows: their own ids (left out of both result lists).
+        max_param: the largest value worth trying (nlist for IVF).
+    """
+    k = CALIBRATION_K
+    exact = _without_self(exact_search(vectors, k + 1), rows, k)
+    param = 1 if plan.kind == "ivf" else 16
+    while True:
+        recall = recall_at_k(_without_self(search(vectors, k + 1, param), rows, k), exact)
+        if recall >= plan.recall_target or param >= max_param:
+            plan.search_param, plan.calibrated_recall = param, round(recall, 5)
+            return plan
+        param = min(param * 2, max_param)
+
+
+def _without_self(ids: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    out = np.full((len(ids), k), -1, dtype=np.int64)
+    for i, (row, own) in enumerate(zip(ids, rows)):
+        kept = row[(row != own) & (row >= 0)][:k]
+        out[i, :len(kept)] = kept
+    return out
