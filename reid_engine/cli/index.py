@@ -125,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", choices=SPLITS, default="query", help="the query split of --dataset")
     evaluate.add_argument("--dataset", default="", help="registered dataset name (default: DATASETS.TESTS[0])")
     evaluate.add_argument("--recall-k", type=positive_int, default=10, help="k of the reported recall@k")
+    evaluate.add_argument("--output", default="", help="write the figures as JSON here (default: print them)")
     for sub in (build, add, search, evaluate):
         add_config_arguments(sub)
     return parser
@@ -181,13 +182,8 @@ def _search(args: argparse.Namespace) -> None:
     window = tuple(args.time_window) if args.time_window else None
     filters = [query_filter(base, int(records.camid[q]), args.exclude_same_camera, window) for q in range(len(names))]
     result = search_index(index, features, args.topk, filters, args.rerank, args.rerank_candidates, args.exact)
-    text = json.dumps({"index": index.location, "topk": args.topk, "rerank": bool(args.rerank),
-                       "results": result.to_json(names)}, indent=1) + "\n"
-    if args.output:
-        atomic_write_text(args.output, text)
-        logger.info("Wrote the hits of %d queries to %s", len(names), args.output)
-    else:
-        sys.stdout.write(text)
+    _write_json(args.output, {"index": index.location, "topk": args.topk, "rerank": bool(args.rerank),
+                              "results": result.to_json(names)}, f"the hits of {len(names)} queries")
     if args.vis_dir:
         for path in draw_results(args.vis_dir, result, records, names):
             logger.info("Wrote %s", path)
@@ -210,7 +206,17 @@ def _evaluate(args: argparse.Namespace) -> None:
               "index": index.manifest.plan.kind}
     if index.manifest.plan.kind != "flat":
         report[f"recall@{args.recall_k}"] = approximate_recall(index, features, args.recall_k)
-    print(json.dumps(report, indent=1))
+    _write_json(args.output, report, f"the figures of {len(features)} queries")
+
+
+def _write_json(output: str, data: dict, what: str) -> None:
+    """Write `data` as JSON to `output` (atomically), or print it when no file is given."""
+    text = json.dumps(data, indent=1) + "\n"
+    if output:
+        atomic_write_text(output, text)
+        logger.info("Wrote %s to %s", what, output)
+    else:
+        sys.stdout.write(text)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -6,15 +6,16 @@ exported ONNX / OpenVINO file through its contract: MODEL.WEIGHTS decides), thro
 same extraction loop as `reid-extract`, or from a feature file that `reid-extract` wrote.
 """
 import os
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..config import CfgNode
+from ..data.common import ImageReadError
 from ..data.datasets.paths import IMAGE_EXTENSIONS
 from ..inference import DefaultPredictor, Item, collect_items, extract_shard_features, load_features
 from ..inference.contract import DeployContract
-from ..utils.errors import ReidUserError, UsageError
+from ..utils.errors import UsageError
 from .errors import QueryInputError
 from .model_card import model_contract
 from .records import Records, read_list_file, records_from_items
@@ -42,10 +43,11 @@ class Embedder:
     Args:
         cfg: the config (MODEL.WEIGHTS: a .pth checkpoint, or an exported .onnx / .xml file).
         source_config: the config file's name, recorded in the contract.
+        predictor: an existing predictor of `cfg` to use instead of building one.
     """
 
-    def __init__(self, cfg: CfgNode, source_config: str = ""):
-        self.predictor = DefaultPredictor(cfg)
+    def __init__(self, cfg: CfgNode, source_config: str = "", predictor: Optional[DefaultPredictor] = None):
+        self.predictor = predictor or DefaultPredictor(cfg)
         self.contract: DeployContract = model_contract(self.predictor, source_config)
 
     def embed_items(self, items: Sequence[Item], what: str = "Embedding the gallery") -> np.ndarray:
@@ -65,11 +67,10 @@ class Embedder:
                                       f"{'/'.join(IMAGE_EXTENSIONS)} file")
             try:
                 rows.append(self.predictor(str(path)).numpy())
-            except ReidUserError:
-                raise
-            except (OSError, ValueError, SyntaxError) as e:  # Pillow's errors for a broken file
-                raise QueryInputError(f"query image {path} cannot be read ({type(e).__name__}): pass a valid "
-                                      "image file") from None
+            except ImageReadError as e:  # its advice is about datasets; a query's fix is another file
+                reason = str(e).partition("(")[2].rpartition(")")[0] or "not an image"
+                raise QueryInputError(f"query image {path} cannot be read ({reason}): pass a valid image "
+                                      "file") from None
         return np.concatenate(rows) if rows else np.zeros((0, int(self.contract.feature_dim)), np.float32)
 
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from reid_engine.cli import benchmark, data, export, extract, make_synthetic, train, tune, visualize
+from reid_engine.cli import benchmark, data, export, extract, index, make_synthetic, train, tune, visualize
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMANDS = {
@@ -17,6 +17,7 @@ COMMANDS = {
     "reid-benchmark": benchmark,
     "reid-data": data,
     "reid-tune": tune,
+    "reid-index": index,
 }
 
 
