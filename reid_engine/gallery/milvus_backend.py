@@ -120,7 +120,7 @@ class MilvusGallery(GalleryIndex):
                 row = {"id": start + r, "vector": features[r].tolist()}
                 row.update(records.row_dict(r))
                 rows.append(row)
-            self.client.insert(self.collection, rows)
+            self.client.upsert(self.collection, rows)  # keyed by row: an interrupted add run again adds no duplicates
         self.client.flush(self.collection)
 
     def _tune(self) -> None:
