@@ -111,6 +111,9 @@ class FaissGallery(GalleryIndex):
     def _raw_search(self, queries: np.ndarray, k: int, selector, param: int):
         faiss, kind = _faiss(), self.manifest.plan.kind
         if kind == "ivf":
+            # fewer queries than threads: split each query's lists over the threads (faiss' parallel_mode 1)
+            # instead of one query per thread, so a single query uses every core
+            self._index.parallel_mode = 1 if len(queries) < faiss.omp_get_max_threads() else 0
             params = faiss.SearchParametersIVF(nprobe=int(param), sel=selector)
         elif kind == "hnsw":
             params = faiss.SearchParametersHNSW(efSearch=int(max(param, k)), sel=selector)
