@@ -26,6 +26,9 @@ EXACT_MAX_ITEMS = 50_000
 DEFAULT_RECALL_TARGET = 0.99
 CALIBRATION_QUERIES = 500
 CALIBRATION_K = 10
+#: the sample aims this fraction of the way from the target to 1 (0.995 for 0.99): on held-out queries the
+#: recall measured came out up to 0.003 below the sample's (bench_gallery), so the bare target undershoots
+CALIBRATION_MARGIN = 0.5
 
 
 @dataclass
@@ -82,7 +85,7 @@ def calibrate(plan: IndexPlan, search: Callable[[np.ndarray, int, int], np.ndarr
     """Set the smallest search parameter that reaches the recall target (nprobe for IVF, efSearch for HNSW).
 
     The parameter doubles (from 1 for IVF, 16 for HNSW) until the recall@10 of the sample
-    reaches the target, then a bisection between the last two values narrows it to within
+    reaches the target plus `CALIBRATION_MARGIN` of the rest, then a bisection between the last two values narrows it to within
     an eighth: the cost of a query grows about linearly with it, so overshooting by up to 2x
     would cost up to 2x in latency.
 
@@ -95,19 +98,20 @@ def calibrate(plan: IndexPlan, search: Callable[[np.ndarray, int, int], np.ndarr
     """
     k = CALIBRATION_K
     exact = _without_self(exact_search(vectors, k + 1), rows, k)
+    goal = min(1.0, plan.recall_target + CALIBRATION_MARGIN * (1.0 - plan.recall_target))
 
     def recall(param: int) -> float:
         return recall_at_k(_without_self(search(vectors, k + 1, param), rows, k), exact)
 
     low, high = 0, 1 if plan.kind == "ivf" else 16
     best = recall(high)
-    while best < plan.recall_target and high < max_param:
+    while best < goal and high < max_param:
         low, high = high, min(high * 2, max_param)
         best = recall(high)
-    while best >= plan.recall_target and high - low > max(1, high // 8):
+    while best >= goal and high - low > max(1, high // 8):
         middle = (low + high) // 2
         reached = recall(middle)
-        if reached >= plan.recall_target:
+        if reached >= goal:
             high, best = middle, reached
         else:
             low = middle

@@ -56,7 +56,8 @@ def rerank_result(index: GalleryIndex, queries: np.ndarray, result: SearchResult
 
 
 def draw_results(folder: str, result: SearchResult, queries: Records, names: List[str]) -> List[str]:
-    """One rank-list PNG per query (the picture `reid-visualize` draws): the query, then its hits."""
+    """One rank-list PNG per query (the picture `reid-visualize` draws): the query, then its hits (grey
+    borders where an identity is unknown, green / red for the same / another identity)."""
     require_module("matplotlib", "rank-list pictures (--vis-dir)")
     os.makedirs(folder, exist_ok=True)
     written = []
