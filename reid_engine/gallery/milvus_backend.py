@@ -49,7 +49,7 @@ def connect(uri: str, token: str = "", timeout: float = 10.0):
 
 
 class MilvusGallery(GalleryIndex):
-    """A gallery index in a Milvus collection (FLAT, IVF_FLAT or HNSW with the IP metric)."""
+    """A gallery index in a Milvus collection (FLAT, IVF_FLAT or HNSW with the IP metric; IVF lists in float32)."""
 
     backend = "milvus"
 

@@ -2,8 +2,8 @@
 
 Measured on ReID-like 256-d features (tools/benchmarks/bench_gallery.py, docs/search.md):
 below `EXACT_MAX_ITEMS` a flat (exact) index answers a query in well under 5 ms on 2 cores,
-so nothing approximate is needed; above it an inverted-file index with flat (uncompressed)
-lists (IVF-Flat, about 4 sqrt(N) lists) reaches recall@10 >= 0.99 while scanning a few
+so nothing approximate is needed; above it an inverted-file index with half-precision
+lists (faiss' IVF with an fp16 scalar quantizer, about 4 sqrt(N) lists) reaches recall@10 >= 0.99 while scanning a few
 percent of the gallery. Its `nprobe` is not guessed: `calibrate` searches a sample of
 the gallery's own items (each one's own row left out) with growing `nprobe` until the
 recall@k against exact search reaches the target. HNSW is available by name
@@ -43,6 +43,7 @@ class IndexPlan:
     ef_construction: int = 0
     search_param: int = 0
     calibrated_recall: Optional[float] = None
+    storage: str = "float32"
 
     def to_dict(self) -> dict:
         """The plan as a JSON-ready dict (what `info` shows)."""
@@ -67,7 +68,7 @@ def plan_index(num_items: int, kind: str = "auto", recall_target: float = DEFAUL
     if kind == "ivf":
         # ~4 sqrt(N) lists, and at least 39 training points per list (faiss' k-means warns below)
         nlist = max(1, min(int(4 * math.sqrt(max(num_items, 1))), num_items // 39))
-        return IndexPlan("ivf", recall_target, requested, nlist=nlist)
+        return IndexPlan("ivf", recall_target, requested, nlist=nlist, storage="fp16")
     if kind == "hnsw":
         return IndexPlan("hnsw", recall_target, requested, hnsw_m=32, ef_construction=80)
     return IndexPlan("flat", recall_target, requested)

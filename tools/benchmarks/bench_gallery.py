@@ -152,9 +152,9 @@ def latency(index, queries: np.ndarray, batch: int, repeats: int) -> tuple:
 
 
 def index_bytes(plan, size: int, dim: int) -> int:
-    """The vectors and the structure an index of this plan holds (faiss' layouts): flat N d 4; IVF-Flat adds
-    8-byte ids and the centroids; HNSW adds 2 M 4-byte links per item on its base level."""
-    vectors = size * dim * 4
+    """The vectors and the structure an index of this plan holds (faiss' layouts): flat N d 4 (2 for fp16 lists);
+    IVF adds 8-byte ids and the centroids; HNSW adds 2 M 4-byte links per item on its base level."""
+    vectors = size * dim * (2 if getattr(plan, "storage", "float32") == "fp16" else 4)
     if plan.kind == "ivf":
         return vectors + size * 8 + plan.nlist * dim * 4
     if plan.kind == "hnsw":
