@@ -103,6 +103,7 @@ class MilvusGallery(GalleryIndex):
         except (KeyError, ValueError, TypeError):
             raise IndexFileError(f"collection {collection!r} at {uri} was not written by reid-index (no readable "
                                  f"{MANIFEST_PROPERTY} property): rebuild it with reid-index build") from None
+        client.load_collection(collection)  # a renamed (freshly built) collection starts released; idempotent
         return cls(client, uri, collection, manifest)
 
     # ------------------------------------------------------------------ adding

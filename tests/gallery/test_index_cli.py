@@ -76,3 +76,24 @@ def test_folder_of_crops_to_a_query_picture_and_evaluation(tmp_path, tiny_config
     _, mean_ap, _ = evaluate_rank_from_features(q["features"], g["features"], q["pids"], g["pids"], q["camids"],
                                                 g["camids"])
     assert abs(report["mAP"] - mean_ap) < 1e-6
+
+
+def test_milvus_build_replaces_the_collection_and_add_appends(tmp_path, capsys, milvus_uri):
+    features, pids, camids = reid_like(num_ids=8, per_id=4, seed=5)
+    items = [(f"g{i}.jpg", int(p), int(c)) for i, (p, c) in enumerate(zip(pids, camids))]
+    first, second = str(tmp_path / "first.npz"), str(tmp_path / "second.npz")
+    save_features(first, features[:20], items[:20])
+    save_features(second, features[20:], items[20:])
+    where = ["--index", "cli_gallery", "--backend", "milvus", "--milvus-uri", milvus_uri]
+    assert index_cli.main(["build", "--features", first] + where) == 0
+    assert index_cli.main(["build", "--features", first] + where) == 0  # a rebuild renames over the old one
+    assert index_cli.main(["add", "--features", second] + where) == 0
+    capsys.readouterr()
+    assert index_cli.main(["info"] + where) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["backend"] == "milvus" and info["count"] == len(features)
+    out = str(tmp_path / "hits.json")
+    assert index_cli.main(["search", "--query-features", second, "--topk", "1", "--output", out] + where) == 0
+    with open(out, encoding="utf-8") as f:
+        hits = [r["hits"][0]["path"] for r in json.load(f)["results"]]
+    assert hits == [f"g{i}.jpg" for i in range(20, len(features))]  # each query finds itself
