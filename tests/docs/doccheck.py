@@ -10,7 +10,7 @@ What is checked (docs/development.md, "Docs that are tested"):
   declares; every config file a line names (`--config-file`, `configs/...`) exists; every `KEY VALUE`
   override names a real config key (`reid_engine.config.get_cfg()`);
 - every ```python block: its imports resolve (reid_engine names down to the attribute);
-- every relative link `[text](path)` resolves to a file or folder.
+- every relative link `[text](path)` resolves to a file or folder, and its `#anchor` to a heading there.
 
 A block that is deliberately not runnable (a placeholder, a user's own file) is preceded by the line
 ``<!-- docs-test: skip (why) -->``; the reason is required.
@@ -315,11 +315,14 @@ class Checker:
             if in_fence:
                 continue
             for target in _LINK.findall(re.sub(r"`[^`]*`", "", line)):  # not in code spans
-                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
-                file_part = target.split("#", 1)[0]
-                if file_part and not os.path.exists(os.path.normpath(os.path.join(base, file_part))):
+                file_part, _, anchor = target.partition("#")
+                linked = os.path.normpath(os.path.join(base, file_part)) if file_part else os.path.join(self.root, path)
+                if not os.path.exists(linked):
                     self.problems.append(f"{path}:{number}: link to {target}, which does not exist")
+                elif anchor and linked.endswith(".md") and anchor not in heading_anchors(linked):
+                    self.problems.append(f"{path}:{number}: link to {target}: no such heading in {file_part or path}")
 
     def check_page(self, path: str, text: Optional[str] = None) -> None:
         if text is None:
@@ -328,6 +331,19 @@ class Checker:
         for block in fenced_blocks(text, path):
             self.check_block(block)
         self.check_links(path, text)
+
+
+def heading_anchors(path: str) -> Set[str]:
+    """The anchors GitHub gives the headings of a Markdown file (lower case, punctuation dropped, spaces -> -)."""
+    anchors, in_fence = set(), False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip().startswith("```"):
+                in_fence = not in_fence
+            match = None if in_fence else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if match:
+                anchors.add(re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-"))
+    return anchors
 
 
 def _check_module(name: str) -> None:

@@ -118,6 +118,12 @@ def test_a_broken_relative_link_fails_and_code_and_urls_are_left_alone(checker):
     assert len(problems) == 1 and "link to nope.md, which does not exist" in problems[0], problems
 
 
+def test_a_link_to_a_missing_heading_fails(checker):
+    assert _problems("[a](benchmarks.md#the-main-job) and [b](../README.md#the-two-commands)\n", checker) == []
+    problems = _problems("[a](benchmarks.md#the-main-jobs)\n", checker)
+    assert len(problems) == 1 and "no such heading in benchmarks.md" in problems[0], problems
+
+
 def test_the_skip_marker_needs_a_reason_and_skips_only_its_block(checker):
     skipped = "<!-- docs-test: skip (the reader's own config) -->\n" + _shell("reid-train --config-file mine.yml")
     assert _problems(skipped, checker) == []
