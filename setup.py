@@ -1,4 +1,4 @@
-"""Install reid_engine: `pip install -e .` (see README for the pinned environment)."""
+"""Install reid_engine: `pip install -e .` (docs/install.md has the pinned environment and the extras)."""
 import os
 
 from setuptools import find_packages, setup
@@ -19,6 +19,12 @@ setup(
     description="Training and evaluation of person and vehicle re-identification models",
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     python_requires=">=3.9",
     packages=find_packages(exclude=("tests", "tests.*", "tools", "configs")),
     install_requires=[
