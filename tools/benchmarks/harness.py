@@ -61,11 +61,15 @@ def interleaved(fns: Dict[str, Callable[[], Any]], rounds: int, calls: int = 1, 
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    def repeated(fn):
+        for _ in range(calls):
+            fn()
+
     names, samples = list(fns), {name: [] for name in fns}
     for index in range(rounds):
         shift = index % len(names) if rotate else 0
         for name in names[shift:] + names[:shift]:
-            samples[name] += timed(lambda: [fns[name]() for _ in range(calls)], device=device)[0]
+            samples[name] += timed(lambda: repeated(fns[name]), device=device)[0]
     return samples
 
 
