@@ -115,7 +115,7 @@ sys.path[:0] = [REPO, os.path.join(REPO, "tools", "benchmarks")]
 from families import BOT, FAMILIES, Family  # noqa: E402  (the table bench_compile_time.py measures too)
 
 try:
-    from reid_engine.config import get_cfg
+    from reid_engine.config import get_cfg, load_yaml_with_bases
     from reid_engine.utils.cpu_budget import usable_cpus
     from reid_engine.utils.file_io import atomic_open, atomic_write, atomic_write_text
 except ImportError as e:  # main() then runs the env part alone: its facts say why the package does not import
@@ -523,9 +523,7 @@ def step_columns(run_dir: str) -> dict:
                 times.append(record["time"])
     step = statistics.median(times) if times else None
     try:
-        import yaml
-
-        batch = yaml.safe_load(read_text(os.path.join(run_dir, "config.yaml")))["SOLVER"]["IMS_PER_BATCH"]
+        batch = load_yaml_with_bases(os.path.join(run_dir, "config.yaml"))["SOLVER"]["IMS_PER_BATCH"]
     except Exception:  # no config written (killed early), or not a dumped config
         batch = None
     return {"step_s": step, "img_s": batch / step if step and isinstance(batch, int) else None}

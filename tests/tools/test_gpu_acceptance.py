@@ -28,13 +28,17 @@ STUBBORN_PARENT = (PY + " -c \"import os, signal, subprocess, sys, time; signal.
 WINDOW = "sh -c 'date +%s.%N > {0}; sleep {1}; date +%s.%N >> {0}'"
 
 
-@pytest.fixture(scope="module")
-def acceptance():
+def _load():
     """The script as a module (tools/ is no package)."""
     spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def acceptance():
+    return _load()
 
 
 def _dirs(tmp_path):
@@ -102,6 +106,14 @@ def test_the_archive_holds_the_logs_while_the_run_goes_on(tmp_path):
     assert _gone(int(pid_file.read_text()))
     rows = json.loads(_members(archive)["out/results.json"])["rows"]
     assert rows == [{"part": "stubborn", "status": "interrupted"}], output
+
+
+def test_where_the_package_does_not_import_only_the_env_facts_are_printed(tmp_path, monkeypatch, capfd):
+    monkeypatch.setitem(sys.modules, "reid_engine.utils.file_io", None)  # its import now fails
+    assert _load().main(_dirs(tmp_path)) == 1
+    out = capfd.readouterr().out
+    assert "error: reid_engine does not import" in out and '"torch": ' in out.split("ENV ", 1)[1], out
+    assert not (tmp_path / "out").exists()
 
 
 def test_parts_past_the_budget_are_skipped(acceptance, tmp_path):
