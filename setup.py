@@ -64,7 +64,6 @@ setup(
             "reid-export=reid_engine.cli.export:main",
             "reid-visualize=reid_engine.cli.visualize:main",
             "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
-            "reid-benchmark=reid_engine.cli.benchmark:main",
             "reid-data=reid_engine.cli.data:main",
             "reid-tune=reid_engine.cli.tune:main",
         ]
