@@ -156,8 +156,8 @@ class ReadDeadline:
         others = f" ({len(stuck) - 1} more thread(s) stuck too)" if len(stuck) > 1 else ""
         return ReadHangError(
             f"no {self.what} came for {waited:.1f} s ({hang_setting(self.timeout, limit, 'read')}): thread "
-            f"{thread.name} of this process has been reading '{path}' for {seconds:.1f} s{others}; the stacks of "
-            f"its threads are logged above and kept in {stack_file}: {self.fix}", path=path, stack_files=(stack_file,))
+            f"{thread.name} of this process has been reading '{path}' for {seconds:.1f} s{others}; its stack is logged "
+            f"above, those of all threads are kept in {stack_file}: {self.fix}", path=path, stack_files=(stack_file,))
 
 
 def map_with_deadline(task: Callable[[Any], Any], jobs: Iterable[Any], num_threads: int, deadline: ReadDeadline,
