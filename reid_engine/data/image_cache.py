@@ -133,7 +133,7 @@ class ImageCache:
         start = last_report = time.perf_counter()
         done = unreadable = reduced = 0
         chunks = [range(i, min(i + _CHUNK, total)) for i in range(0, total, _CHUNK)]
-        deadline = ReadDeadline(hang_timeout, what="image for the decoded-image cache")
+        deadline = ReadDeadline(hang_timeout, what="the decoded-image cache")
         for count, failed, drafted in map_with_deadline(lambda chunk: self._fill_chunk(paths, chunk, pipeline), chunks,
                                                         threads, deadline, name="image-cache"):
             done, unreadable, reduced = done + count, unreadable + failed, reduced + drafted

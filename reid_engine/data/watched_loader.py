@@ -41,7 +41,7 @@ class WatchedDataLoader(DataLoader):
 
     def __iter__(self) -> Iterator[Any]:
         if self.num_workers == 0:
-            yield from iterate_with_deadline(super().__iter__(), ReadDeadline(self.hang_timeout, what=self.what),
+            yield from iterate_with_deadline(super().__iter__(), ReadDeadline(self.hang_timeout, what=f"a {self.what}"),
                                              name="data-loader")
             return
         # Before the workers start: they find the watchdog's board on the dataset.

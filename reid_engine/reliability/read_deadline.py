@@ -116,11 +116,11 @@ class ReadDeadline:
 
     Args:
         timeout: DATALOADER.HANG_TIMEOUT in seconds (0 = automatic from the slowest read).
-        what: what the caller waits for, in the error ("image of the cache fill").
+        what: what the reads are for, in the error ("the decoded-image cache", "a batch of Market1501 query").
         fix: the error line's last part (what to do).
     """
 
-    def __init__(self, timeout: float = 0.0, what: str = "image", fix: str = HANG_FIX):
+    def __init__(self, timeout: float = 0.0, what: str = "an image", fix: str = HANG_FIX):
         self.timeout, self.what, self.fix = float(timeout), what, fix
         self._poll = min(_POLL_S, self.timeout) if self.timeout else _POLL_S
 
@@ -155,7 +155,7 @@ class ReadDeadline:
                      thread.name, path, stack_file, text)
         others = f" ({len(stuck) - 1} more thread(s) stuck too)" if len(stuck) > 1 else ""
         return ReadHangError(
-            f"no {self.what} came for {waited:.1f} s ({hang_setting(self.timeout, limit, 'read')}): thread "
+            f"a read for {self.what} did not return within {limit:g} s ({hang_setting(self.timeout, limit, 'read')}): thread "
             f"{thread.name} of this process has been reading '{path}' for {seconds:.1f} s{others}; its stack is logged "
             f"above, those of all threads are kept in {stack_file}: {self.fix}", path=path, stack_files=(stack_file,))
 

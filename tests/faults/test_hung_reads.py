@@ -71,7 +71,7 @@ def test_the_image_cache_fill(data_root, tmp_path, release):
     start = time.monotonic()
     with pytest.raises(ReadHangError) as info:
         build_reid_train_loader(_cfg(root, "DATALOADER.CACHE_IMAGES", "on"))
-    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "no image for the decoded-image cache came")
+    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "a read for the decoded-image cache did not return within")
     assert "thread image-cache-" in str(info.value)
 
 
@@ -85,7 +85,9 @@ def test_the_evaluation_loader(data_root, tmp_path, release, workers):
     with pytest.raises(ReadHangError) as info:
         for _ in loader:
             pass
-    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, f"no batch of {DATASET} query + gallery came")
+    what = f"batch of {DATASET} query + gallery"
+    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start,
+                         f"no {what} came for" if workers else f"a read for a {what} did not return within")
     if workers:  # the workers' watchdog: names the worker, then stops it
         assert isinstance(info.value, LoaderHangError) and "data-loader worker 0 (pid " in str(info.value)
     else:
@@ -102,7 +104,7 @@ def test_the_label_free_feature_extraction(data_root, tmp_path, release):
     start = time.monotonic()
     with pytest.raises(ReadHangError) as info:
         train(cfg)  # the pseudo labels of the first round: the extraction reads every training image
-    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "no batch of images came")
+    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "a read for a batch of images did not return")
     assert not [name for name in os.listdir(tmp_path / "out") if name.endswith(".pth")]
 
 
@@ -120,6 +122,6 @@ def test_reid_extract(tiny_config_file, data_root, tmp_path, release, capsys):  
     took = time.monotonic() - start
     err = capsys.readouterr().err
     (line,) = [line for line in err.splitlines() if "error:" in line]
-    assert code == 1 and line.startswith("reid-extract: error: no batch of images came"), err[-3000:]
+    assert code == 1 and line.startswith("reid-extract: error: a read for a batch of images did not return"), err[-3000:]
     assert any(f"'{pipe}'" in line for pipe in pipes) and took <= HANG_TIMEOUT + 15, (line, took)
     assert out.read_bytes() == b"an earlier result"  # nothing written over
