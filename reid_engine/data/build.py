@@ -8,7 +8,8 @@ ops with a generator seeded from the first tag (``collate``). Nothing random dep
 process, so the stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any
 batch. The device prefetcher is in ``prefetcher``; this module re-exports the names of all three.
 Every loader reads under the hang watchdog (DATALOADER.HANG_TIMEOUT): ``loader_watchdog`` for the
-training loader's workers, ``watched_loader`` for the evaluation / extraction loaders.
+training loader's workers, the read deadline of ``reliability.read_deadline`` for a training loader
+without workers, ``watched_loader`` for the evaluation / extraction loaders.
 """
 
 import logging
@@ -20,6 +21,7 @@ from torch.utils.data import BatchSampler, DataLoader
 
 from reid_engine.config import ConfigError
 from reid_engine.config.run_plan import loader_workers
+from reid_engine.reliability.read_deadline import ReadDeadline, iterate_with_deadline
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
@@ -112,9 +114,10 @@ class TrainLoader:
         sampler: the training sampler (its ``seed`` is the stream seed).
         batch_size: samples per batch on this rank.
         collate: the collate function.
-        num_workers: loader worker processes (0 = decode in the main process).
-        hang_timeout: seconds without a batch before a hung worker ends the run (0 = automatic;
-            DATALOADER.HANG_TIMEOUT, see data.loader_watchdog).
+        num_workers: loader worker processes (0 = decode in the main process, in a daemon thread one
+            batch ahead under the read deadline).
+        hang_timeout: seconds without a batch before a hung worker ends the run, or that one read may
+            take without workers (0 = automatic; DATALOADER.HANG_TIMEOUT, see data.loader_watchdog).
     """
 
     def __init__(self, dataset: TrainImageSet, sampler: InfiniteSampler, batch_size: int,
@@ -137,6 +140,9 @@ class TrainLoader:
         loader = DataLoader(self.dataset, batch_sampler=StreamBatchSampler(self.sampler,
                                                                            self.batch_size),
                             collate_fn=self.collate, **kwargs)
+        if self.num_workers == 0:  # a daemon thread reads, so that a read that never returns ends the run
+            return iterate_with_deadline(iter(loader), ReadDeadline(self.hang_timeout, what="a training batch"),
+                                         name="data-loader")
         return iter(loader)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -180,7 +186,7 @@ class TrainLoader:
         self._num_batches = int(state["num_batches"])
 
     def close(self) -> None:
-        """Stop the worker processes (a later iteration starts new ones where it left off)."""
+        """Stop the worker processes or the reader thread (a later iteration starts new ones where it left off)."""
         iterator, self._iterator = self._iterator, None
         shutdown_workers(iterator)
 

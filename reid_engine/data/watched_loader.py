@@ -19,8 +19,9 @@ __all__ = ["WatchedDataLoader", "shutdown_workers"]
 
 def shutdown_workers(iterator: Any) -> None:
     """Stop the worker processes of torch's multi-process ``iterator`` now (left to the garbage
-    collector, which a traceback's reference cycle delays, their shutdown can stall for seconds)."""
-    shutdown = getattr(iterator, "_shutdown_workers", None)
+    collector, which a traceback's reference cycle delays, their shutdown can stall for seconds),
+    or the reader thread of an :func:`iterate_with_deadline` generator."""
+    shutdown = getattr(iterator, "_shutdown_workers", None) or getattr(iterator, "close", None)
     if shutdown is not None:
         shutdown()
 

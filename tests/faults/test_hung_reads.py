@@ -1,7 +1,8 @@
 """Every read a run makes, not only the training loader's workers, ends in one line naming the file when
 it never returns (here: images replaced by named pipes nobody writes): the decoded-image cache's fill, the
-evaluation loader (with and without worker processes), the label-free hook's feature extraction and
-`reid-extract`, each within the hang timeout plus a few seconds, with the stuck thread's stack kept."""
+training loader without workers, the evaluation loader (with and without worker processes), the label-free
+hook's feature extraction and `reid-extract`, each within the hang timeout plus a few seconds, with the
+stuck thread's stack kept."""
 import errno
 import os
 import shutil
@@ -73,6 +74,19 @@ def test_the_image_cache_fill(data_root, tmp_path, release):
         build_reid_train_loader(_cfg(root, "DATALOADER.CACHE_IMAGES", "on"))
     _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "a read for the decoded-image cache did not return within")
     assert "thread image-cache-" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_the_training_loader_without_workers(data_root, tmp_path, release):
+    root, pipes = _fifo_root(data_root, tmp_path, "bounding_box_train")
+    release.extend(pipes)
+    loader = build_reid_train_loader(_cfg(root, "DATALOADER.CACHE_IMAGES", "off"))
+    start = time.monotonic()
+    with pytest.raises(ReadHangError) as info:
+        for _ in zip(range(50), loader):  # 156 images: the pipes are in the first epoch's batches
+            start = time.monotonic()
+    _assert_names_a_pipe(info.value, pipes, time.monotonic() - start, "a read for a training batch did not return")
+    assert "thread data-loader of this process" in str(info.value)
 
 
 @pytest.mark.timeout(60)
