@@ -160,6 +160,24 @@ class ReadDeadline:
             f"above, those of all threads are kept in {stack_file}: {self.fix}", path=path, stack_files=(stack_file,))
 
 
+@contextlib.contextmanager
+def _stopping(stop: threading.Event, threads: Sequence[threading.Thread], deadline: ReadDeadline) -> Iterator[None]:
+    """On the way out, tell ``threads`` to stop and wait (at most a poll) for them to finish their
+    current job, unless one is stuck in a read: a daemon thread still running torch or Pillow code
+    while the interpreter exits can abort the process, which would lose the exit status."""
+    try:
+        yield
+    except ReadHangError:
+        stop.set()
+        raise
+    finally:
+        if not stop.is_set():
+            stop.set()
+            give_up = time.monotonic() + min(_POLL_S, deadline.limit())
+            for thread in threads:
+                thread.join(max(0.0, give_up - time.monotonic()))
+
+
 def map_with_deadline(task: Callable[[Any], Any], jobs: Iterable[Any], num_threads: int, deadline: ReadDeadline,
                       name: str = "reader") -> Iterator[Any]:
     """``task(job)`` for every job on ``num_threads`` daemon threads; yields the results as they come
@@ -189,14 +207,12 @@ def map_with_deadline(task: Callable[[Any], Any], jobs: Iterable[Any], num_threa
                for i in range(max(1, min(int(num_threads), len(jobs))))]
     for thread in threads:
         thread.start()
-    try:
+    with _stopping(stop, threads, deadline):
         for _ in range(len(jobs)):
             ok, value = deadline.get(results, threads)
             if not ok:
                 raise value
             yield value
-    finally:
-        stop.set()
 
 
 _END = object()
@@ -229,7 +245,7 @@ def iterate_with_deadline(iterable: Iterable[Any], deadline: ReadDeadline, name:
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     threads: List[threading.Thread] = [thread]
-    try:
+    with _stopping(stop, threads, deadline):
         while True:
             ok, value = deadline.get(handoff, threads)
             if not ok:
@@ -237,5 +253,3 @@ def iterate_with_deadline(iterable: Iterable[Any], deadline: ReadDeadline, name:
             if value is _END:
                 return
             yield value
-    finally:
-        stop.set()
