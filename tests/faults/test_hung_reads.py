@@ -5,7 +5,9 @@ hook's feature extraction and `reid-extract`, each within the hang timeout plus 
 stuck thread's stack kept."""
 import errno
 import os
+import re
 import shutil
+import threading
 import time
 
 import pytest
@@ -35,14 +37,20 @@ def _fifo_root(data_root, tmp_path, split):
 
 @pytest.fixture
 def release():
-    """Unblock the threads this process left stuck opening the pipes (a writer that closes at once)."""
+    """Unblock the threads this process left stuck opening the pipes (a writer that closes at once), and
+    wait for them to end."""
     pipes = []
     yield pipes
-    for pipe in pipes:
-        try:
-            os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
-        except OSError as exc:  # ENXIO: nobody is reading it (any more)
-            assert exc.errno in (errno.ENXIO, errno.ENOENT), exc
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # a thread may go on to the next pipe: until they have all ended
+        for pipe in pipes:
+            try:
+                os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as exc:  # ENXIO: nobody is reading it now
+                assert exc.errno in (errno.ENXIO, errno.ENOENT), exc
+        if not [t for t in threading.enumerate() if t.daemon and t.name.startswith(("image-cache-", "data-loader"))]:
+            break
+        time.sleep(0.02)
 
 
 def _cfg(root, *extra):
@@ -139,3 +147,6 @@ def test_reid_extract(tiny_config_file, data_root, tmp_path, release, capsys):  
     assert code == 1 and line.startswith("reid-extract: error: a read for a batch of images did not return"), err[-3000:]
     assert any(f"'{pipe}'" in line for pipe in pipes) and took <= HANG_TIMEOUT + 15, (line, took)
     assert out.read_bytes() == b"an earlier result"  # nothing written over
+    stack_file = re.search(r"kept in (\S+\.txt):", line).group(1)
+    assert "in read_image" in open(stack_file).read()
+    shutil.rmtree(os.path.dirname(stack_file))
