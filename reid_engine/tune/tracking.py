@@ -11,7 +11,7 @@ import os
 from typing import Any, List, Sequence
 
 from ..config import CfgNode
-from ..engine.mlflow_tracking import end_run, resolve_tracking_uri, start_parent_run
+from ..integrations.mlflow import end_run, resolve_tracking_uri, start_parent_run
 from ..utils.urls import mask_password
 
 __all__ = ["PARENT_RUN_ATTR", "study_tracking_opts", "end_study_run"]
@@ -46,7 +46,7 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
     if not parent:
         params = {"objective": f"{space.objective.direction} {space.objective.metric}",
                   "n_trials": study.user_attrs.get("n_trials", ""), "search_space": space.source,
-                  **{spec.key: _describe(spec) for spec in space.params}}
+                  **{key: str(dist) for key, dist in space.params.items()}}
         created = start_parent_run(uri, cfg.MLFLOW.EXPERIMENT, study.study_name, params,
                                    tags={"reid_engine.study": study.study_name})
         study.set_user_attr(PARENT_RUN_ATTR, created)
@@ -55,14 +55,6 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
             end_run(uri, created, "KILLED")  # the other worker's run is the study's
     logger.info("MLflow: the trials are nested runs of run %s in %s", parent, mask_password(uri))
     return ["MLFLOW.TRACKING_URI", uri, "MLFLOW.PARENT_RUN_ID", parent]
-
-
-def _describe(spec: Any) -> str:
-    """A search-space entry as one param value."""
-    if spec.kind == "categorical":
-        return f"categorical {list(spec.choices)}"
-    extras = (" log" if spec.log else "") + (f" step {spec.step}" if spec.step is not None else "")
-    return f"{spec.kind} [{spec.low}, {spec.high}]{extras}"
 
 
 def end_study_run(study: Any, cfg: CfgNode, study_dir: str, artifacts: Sequence[str]) -> None:
