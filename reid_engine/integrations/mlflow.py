@@ -1,19 +1,12 @@
-"""MLFLOW.*: track training runs in MLflow through its client (``pip install 'reid_engine[mlflow]'``).
+"""MLFLOW.*: training runs in MLflow through its own API (``pip install 'reid_engine[mlflow]'``).
 
-:class:`MLflowWriter` is one more event writer of the trainer (main process only). Its first
-write opens the run with ``mlflow.start_run`` (nested under MLFLOW.PARENT_RUN_ID with its
-``parent_run_id``; the flattened config as params) and keeps the run id in
-``OUTPUT_DIR/mlflow_run.json``, so a resumed training continues the same run. Metrics go out with
-``MlflowClient.log_batch(..., synchronous=False)``: MLflow batches and sends them in its own
-thread, so the training loop never waits for the store. At the end the run's files are logged
-and the run ends FINISHED, KILLED (stopped on purpose: a stop signal, a pruned trial; the engine
-tells which) or FAILED. A store that fails is one warning; the training goes on without it.
-
-For studies (reid-tune): :func:`start_parent_run` opens the parent run, :func:`end_run` ends it.
-The default store is SQLite (``OUTPUT_DIR/mlruns/mlflow.db``, artifacts beside it): MLflow 3.13+
-refuses its file store unless ``MLFLOW_ALLOW_FILE_STORE=true``. This module knows nothing of the
-engine: what it needs of a training comes as arguments.
-"""
+:class:`MLflowWriter`, an event writer (main process), opens its run with ``mlflow.start_run``
+(``parent_run_id``: MLFLOW.PARENT_RUN_ID; run id kept in ``OUTPUT_DIR/mlflow_run.json``, so a
+resumed training continues it) and sends metrics with ``MlflowClient.log_batch(...,
+synchronous=False)``: MLflow splits and sends them from its own thread, the loop never waits. The
+run ends FINISHED, KILLED (stopped on purpose, which the engine tells) or FAILED; a failing store
+is one warning. Default store: SQLite in ``OUTPUT_DIR/mlruns`` (MLflow 3.13+ refuses its file
+store). Knows nothing of the engine."""
 import contextlib
 import importlib.util
 import json
@@ -21,6 +14,7 @@ import logging
 import os
 import re
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ..config import CfgNode, ConfigError
@@ -45,10 +39,9 @@ _STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 class MlflowTrackingError(ReidUserError):
-    """The MLflow tracking store could not be reached or refused a request (one line: the URI, the error)."""
+    """The MLflow store could not be reached or refused a request (one line: the URI, the error)."""
 
 
-# ---------------------------------------------------------------------------- config
 def check_mlflow_config(cfg: CfgNode) -> None:
     """Check MLFLOW.* before a run: mlflow (and for SQLite SQLAlchemy and alembic) installed, an experiment
     named. Raises MissingPackageError or ConfigError (one line)."""
@@ -68,25 +61,11 @@ def check_mlflow_config(cfg: CfgNode) -> None:
 def resolve_tracking_uri(cfg: CfgNode) -> str:
     """MLFLOW.TRACKING_URI, else $MLFLOW_TRACKING_URI, else ``sqlite:///<abs OUTPUT_DIR>/mlruns/mlflow.db``."""
     uri = cfg.MLFLOW.TRACKING_URI.strip() or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    if uri:
-        return uri
-    return "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), DEFAULT_STORE_DIR, _DEFAULT_DB_FILE)
-
-
-def _artifact_location(uri: str) -> Optional[str]:
-    """A SQLite store's artifacts go beside its database (MLflow's default is the working directory)."""
-    db = sqlite_file(uri)
-    if db is None:
-        return None
-    from pathlib import Path
-
-    return Path(os.path.dirname(db), _ARTIFACT_DIR).as_uri()
+    return uri or "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), DEFAULT_STORE_DIR, _DEFAULT_DB_FILE)
 
 
 def _one_line(error: BaseException) -> str:
-    """``Type: first line of the message``, passwords of URIs masked, at most 300 characters."""
     return mask_password(f"{type(error).__name__}: {first_line(error)}")[:300]
-
 
 
 def flatten_params(node: Mapping, prefix: str = "") -> Dict[str, str]:
@@ -121,11 +100,13 @@ def _client(uri: str):
 
 
 def _experiment_id(client, name: str, uri: str) -> str:
-    """The id of experiment `name`, created when missing (MlflowTrackingError when it was deleted)."""
+    """The id of experiment `name`, created when missing (a SQLite store's artifacts beside its database)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
+        db = sqlite_file(uri)
         try:
-            return client.create_experiment(name, artifact_location=_artifact_location(uri))
+            return client.create_experiment(name, artifact_location=db and Path(os.path.dirname(db), _ARTIFACT_DIR)
+                                            .as_uri())
         except Exception:  # another process created it meanwhile
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
@@ -143,8 +124,7 @@ def _failure(uri: str, error: Exception) -> MlflowTrackingError:
 
 def start_parent_run(tracking_uri: str, experiment: str, run_name: str, params: Mapping[str, Any],
                      tags: Optional[Mapping[str, str]] = None) -> str:
-    """Open a study's parent run (params flattened); returns its id, which the trials get as
-    MLFLOW.PARENT_RUN_ID. Raises MlflowTrackingError (one line)."""
+    """Open a study's parent run (params flattened); returns its id, the trials' MLFLOW.PARENT_RUN_ID."""
     try:
         client = _client(tracking_uri)
         run_id = client.create_run(_experiment_id(client, experiment, tracking_uri), run_name=run_name or None,
@@ -182,8 +162,7 @@ def read_run_record(output_dir: str) -> Optional[dict]:
 
 @contextlib.contextmanager
 def _fluent_uri(uri: str) -> Iterator[None]:
-    """The fluent API's tracking URI for a block; MLflow sets $MLFLOW_TRACKING_URI with it, which
-    :func:`resolve_tracking_uri` reads: both are put back after the block."""
+    """The fluent API's tracking URI for a block (and $MLFLOW_TRACKING_URI, which MLflow sets with it)."""
     import mlflow
 
     before = os.environ.get("MLFLOW_TRACKING_URI")
@@ -195,21 +174,14 @@ def _fluent_uri(uri: str) -> Iterator[None]:
 
 
 class MLflowWriter(EventWriter):
-    """Log a training run to MLflow: config as params, new scalars as metrics (step = iteration),
-    the run's files as artifacts, and its end status (see the module's docstring)."""
+    """Log a training run (`cfg`: all of it as params) to MLflow: new scalars as metrics (step =
+    iteration), the OUTPUT_DIR files `artifacts` at the end, and its status: FINISHED once it reached
+    `max_iter`, else KILLED when `stopped_on_purpose()`, else FAILED. `resumed()`, asked at the first
+    write: whether the training continues a checkpoint of OUTPUT_DIR (then it continues the run)."""
 
     def __init__(self, cfg: CfgNode, max_iter: int, resumed: Optional[Callable[[], bool]] = None,
                  stopped_on_purpose: Optional[Callable[[], bool]] = None, artifacts: Sequence[str] = RUN_ARTIFACTS,
                  window_size: int = 20):
-        """
-        Args:
-            cfg: the run's config (MLFLOW.*, OUTPUT_DIR; all of it is logged as params).
-            max_iter: a run that reached it ended FINISHED.
-            resumed: asked at the first write: whether the training continues a checkpoint of OUTPUT_DIR.
-            stopped_on_purpose: asked when a run that did not complete closes: True ends it KILLED, else FAILED.
-            artifacts: the OUTPUT_DIR files logged at the end.
-            window_size: smoothing window of scalars with a smoothing hint.
-        """
         if importlib.util.find_spec("mlflow") is None:
             raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
         self._cfg, self._uri, self._output_dir, self._max_iter = cfg, resolve_tracking_uri(cfg), cfg.OUTPUT_DIR, max_iter
@@ -228,11 +200,6 @@ class MLflowWriter(EventWriter):
     def run_id(self) -> Optional[str]:
         """The MLflow run id (None before the first write, or when tracking failed at the start)."""
         return self._run_id
-
-    @property
-    def tracking_uri(self) -> str:
-        """The tracking store this writer logs to."""
-        return self._uri
 
     @contextlib.contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
@@ -266,10 +233,9 @@ class MLflowWriter(EventWriter):
 
         record = read_run_record(self._output_dir)
         resume = record is not None and record.get("tracking_uri") == self._uri and self._resumed()
-        if resume:
-            run = self._client.get_run(record["run_id"]) if self._client.search_runs(
-                [record.get("experiment_id", "0")], f"attributes.run_id = '{record['run_id']}'") else None
-            resume = run is not None and run.info.lifecycle_stage != "deleted"
+        if resume:  # the recorded run, unless it was deleted meanwhile (search_runs finds active runs only)
+            resume = bool(self._client.search_runs([record.get("experiment_id", "0")],
+                                                   f"attributes.run_id = '{record['run_id']}'"))
         if not resume:
             with contextlib.suppress(FileNotFoundError):  # another training's record: never attach to it
                 os.remove(os.path.join(self._output_dir, RUN_RECORD_FILE))

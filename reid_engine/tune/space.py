@@ -69,11 +69,7 @@ class SearchSpace:
 
 
 def load_search_space(path: str) -> SearchSpace:
-    """Load a search-space YAML file and check it on its own (no config needed).
-
-    Raises:
-        ConfigError: one line naming the file, the key or field, and the fix.
-    """
+    """Load a search-space YAML file and check it on its own (ConfigError: one line naming the file, key, fix)."""
     source = os.path.abspath(os.path.expanduser(path))
     where = f"Search space {source}"
     if not os.path.isfile(source):
@@ -144,13 +140,8 @@ def _distribution(key: str, spec, where: str):
 
 
 def _leaf_keys(node, prefix: str = "") -> List[str]:
-    keys = []
-    for name, value in node.items():
-        if isinstance(value, dict):
-            keys.extend(_leaf_keys(value, f"{prefix}{name}."))
-        else:
-            keys.append(prefix + name)
-    return keys
+    return [k for name, v in node.items() for k in
+            (_leaf_keys(v, f"{prefix}{name}.") if isinstance(v, dict) else [prefix + name])]
 
 
 _MISSING = object()
@@ -158,127 +149,62 @@ _MISSING = object()
 
 def _lookup(cfg: CfgNode, key: str):
     """The value of a dotted key in cfg, or _MISSING."""
-    node = cfg
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if not isinstance(cfg, dict) or part not in cfg:
             return _MISSING
-        node = node[part]
-    return node
-
-
-def _nested(key: str, value) -> Dict[str, Any]:
-    """{"A": {"B": value}} for "A.B"."""
-    out: Dict[str, Any] = {}
-    node = out
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return out
+        cfg = cfg[part]
+    return cfg
 
 
 def evaluation_metric_names(cfg: CfgNode) -> List[str]:
-    """The result names a training run's evaluation reports (as in metrics.json), for DATASETS.TESTS.
-
-    Args:
-        cfg: the config (DATASETS.TESTS, TEST.ROC.ENABLED).
-    Returns:
-        ``<test set>/<metric>`` for every test set and every metric ReidEvaluator reports.
-    """
-    metrics = list(_RANK_METRICS)
-    if cfg.TEST.ROC.ENABLED:
-        metrics += [roc_key(fpr) for fpr in DEFAULT_FPRS]
+    """The result names the evaluation reports (as in metrics.json): ``<test set>/<metric>``."""
+    metrics = list(_RANK_METRICS) + ([roc_key(fpr) for fpr in DEFAULT_FPRS] if cfg.TEST.ROC.ENABLED else [])
     return [f"{test}/{metric}" for test in cfg.DATASETS.TESTS for metric in metrics]
 
 
 def check_search_space(space: SearchSpace, cfg: CfgNode) -> None:
-    """Check a search space against the base config before any trial runs.
-
-    Every key must be a scalar key of the config that no trial sets itself; the kind must fit
-    the key's type (float keys: float or int ranges; int keys: int ranges; bool and text keys:
-    categorical); each bound and each choice, merged alone into a copy of the config, must pass
-    ``check_config_values``; the objective must name a result the run's evaluation reports.
-
-    Args:
-        space: the loaded search space.
-        cfg: the base config (built from --config-file and the KEY VALUE opts).
-    Raises:
-        ConfigError: the first problem, as one line naming the key and the fix.
-    """
-    where = f"Search space {space.source or '(in memory)'}"
-    leaves = _leaf_keys(cfg)
+    """Check a search space against the base config before any trial runs (ConfigError: one line)."""
+    where = f"Search space {space.source or '(in memory)'}: "
     for key, dist in space.params.items():
-        _check_key(key, dist, cfg, leaves, where)
-    _check_objective(space, cfg, where)
+        _check_key(key, dist, _lookup(cfg, key), cfg, where)
+    metric, names = space.objective.metric, evaluation_metric_names(cfg)
+    if not cfg.DATASETS.TESTS:
+        raise ConfigError(f"{where}objective.metric {metric} needs an evaluation, but DATASETS.TESTS is empty: "
+                          "set DATASETS.TESTS in the base config.")
+    if metric not in names:
+        results = {n.rsplit("/", 1)[-1].lower(): n.rsplit("/", 1)[-1] for n in names}
+        close = difflib.get_close_matches(metric.rsplit("/", 1)[-1].lower(), list(results), 1, 0.6)
+        hint = f" Did you mean: {cfg.DATASETS.TESTS[0]}/{results[close[0]]}?" if close else ""
+        raise ConfigError(f"{where}objective.metric {metric} is not a result the evaluation reports (test sets: "
+                          f"{', '.join(cfg.DATASETS.TESTS)}): use one of {', '.join(names)}.{hint}")
+    if space.objective.direction == "minimize":
+        logger.warning("%sobjective %s is minimized, but ReID metrics are better when higher", where, metric)
     for key, dist in space.params.items():
         for value in getattr(dist, "choices", None) or (dist.low, dist.high):
-            _check_value(key, value, cfg, where)
+            trial_cfg = cfg.clone()
+            trial_cfg.defrost()
+            try:  # each bound and choice alone, merged and checked as reid-train checks a config
+                trial_cfg.merge_from_list([key, _value_text(typed_value(key, value))])
+                check_config_values(trial_cfg)
+            except (ReidUserError, ValueError) as e:  # ConfigError, UnknownChoiceError, a builder's ValueError
+                raise ConfigError(f"{where}params.{key} value {value!r} fails the config check: "
+                                  f"{' '.join(first_line(e).split())}") from None
 
 
-def _check_key(key: str, dist, cfg: CfgNode, leaves: List[str], where: str) -> None:
-    kind = type(dist).__name__
-    if key in RESERVED_KEYS:
-        raise ConfigError(f"{where}: params.{key} cannot be searched: reid-tune sets it for every trial "
-                          "(its own folder and seed); remove it from params.")
-    value = _lookup(cfg, key)
-    if value is _MISSING:
-        raise ConfigError(f"{where}: params.{key} is not a config key.{did_you_mean(key, leaves)}")
-    if isinstance(value, dict):
-        first = next(iter(value.keys()), "KEY")
-        raise ConfigError(f"{where}: params.{key} is a config section, not a key: search one of its keys, "
-                          f"e.g. {key}.{first}.")
-    if isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: params.{key} holds a list ({value!r}), which cannot be searched: "
-                          "search scalar keys only.")
-    if kind == "CategoricalDistribution" or value is None:
-        return
-    if isinstance(value, bool) or isinstance(value, str):
-        kind = "true/false" if isinstance(value, bool) else "text"
-        raise ConfigError(f"{where}: params.{key} is a {kind} key (value {value!r}): use type: categorical "
-                          "with choices.")
-    if isinstance(value, int) and kind == "FloatDistribution":
-        raise ConfigError(f"{where}: params.{key} is an integer key (value {value!r}): use type: int "
-                          "(or categorical).")
-
-
-def _check_value(key: str, value, cfg: CfgNode, where: str) -> None:
-    """Merge one value alone into a copy of cfg and run the config's own checks on it."""
-    trial_cfg = cfg.clone()
-    trial_cfg.defrost()
-    try:
-        trial_cfg.merge_from_dict(_nested(key, typed_value(key, value)), source=where)
-        check_config_values(trial_cfg)
-    except (ReidUserError, ValueError) as e:  # ConfigError, UnknownChoiceError, a builder's ValueError
-        raise ConfigError(f"{where}: params.{key} value {value!r} fails the config check: "
-                          f"{' '.join(first_line(e).split())}") from None
-
-
-def _check_objective(space: SearchSpace, cfg: CfgNode, where: str) -> None:
-    metric = space.objective.metric
-    tests = list(cfg.DATASETS.TESTS)
-    if not tests:
-        raise ConfigError(f"{where}: objective.metric {metric} needs an evaluation, but DATASETS.TESTS is empty: "
-                          "set DATASETS.TESTS in the base config.")
-    names = evaluation_metric_names(cfg)
-    if metric in names:
-        if space.objective.direction == "minimize":
-            logger.warning("%s: objective %s is minimized, but ReID metrics are better when higher; "
-                           "use direction: maximize unless that is intended", where, metric)
-        return
-    test, slash, result = metric.partition("/")
-    if test not in tests:
-        problem = f"'{test}' is not a test set of DATASETS.TESTS ({', '.join(tests)})"
-        # The same result on the closest test set ("mAP" alone: on each test set).
-        closest = difflib.get_close_matches(test, tests, n=1, cutoff=0.0) if slash else tests
-        guesses = [g for g in (f"{t}/{result if slash else metric}" for t in closest) if g in names]
-        hint = f" Did you mean: {', '.join(guesses)}?" if guesses else did_you_mean(metric, names)
-    else:
-        problem = "is not a result the evaluation reports"
-        hint = did_you_mean(metric, names)
-    raise ConfigError(f"{where}: objective.metric {metric}: {problem}; use one of {', '.join(names)}.{hint}")
-
-
-# ----------------------------------------------------------------------------- trials
+def _check_key(key: str, dist, value, cfg: CfgNode, where: str) -> None:
+    """The key exists, is a scalar that no trial sets itself, and its type fits the distribution."""
+    # the key types a range fits: a float key takes int ranges too
+    numeric = {"FloatDistribution": (float,), "IntDistribution": (int, float)}.get(type(dist).__name__)
+    problem = ("cannot be searched: reid-tune sets it for every trial; remove it from params" if key in RESERVED_KEYS
+               else "is not a config key." + did_you_mean(key, _leaf_keys(cfg)) if value is _MISSING
+               else "is a config section, not a key: search one of its keys" if isinstance(value, dict)
+               else f"holds a list ({value!r}): search scalar keys only" if isinstance(value, (list, tuple))
+               else None)
+    if problem is None and numeric and value is not None and (isinstance(value, bool) or type(value) not in numeric):
+        kind = {bool: "a true/false", str: "a text", int: "an integer"}.get(type(value), type(value).__name__)
+        problem = f"is {kind} key (value {value!r}): use type: " + ("int" if kind == "an integer" else "categorical with choices")
+    if problem:
+        raise ConfigError(f"{where}params.{key} {problem}.")
 
 
 @functools.lru_cache(maxsize=1)
@@ -287,15 +213,8 @@ def _schema():
 
 
 def typed_value(key: str, value):
-    """A searched value converted to its config key's type: an int for a float key becomes float,
-    an integral float for an int key becomes int, true/false for an on/off key becomes "on"/"off".
-
-    Args:
-        key: the config key (its type is the schema's, i.e. ``get_cfg()``'s value).
-        value: the value (a choice, a suggestion).
-    Returns:
-        the converted value; values of other types (and unknown keys) are returned as they are.
-    """
+    """`value` in its config key's type (the schema's): an int of a float key becomes float, an integral
+    float of an int key int, true/false of an on/off key "on"/"off"; anything else as it is."""
     default = _lookup(_schema(), key)
     if isinstance(value, bool):
         if isinstance(default, str) and key in ON_OFF_KEYS:
@@ -346,21 +265,9 @@ def base_params(space: SearchSpace, cfg: CfgNode) -> Dict[str, Any]:
 
 
 def overrides_list(params: Mapping[str, Any]) -> List[str]:
-    """The ``KEY VALUE`` list of params, as ``cfg.merge_from_list`` and the command line take it.
-
-    Each value is written so that the config's decoding (a Python literal where the text is one)
-    gives back the same value and type: floats with ``repr`` (exact), text quoted only where it
-    would otherwise read as another type (``'1'``, ``'True'``).
-
-    Args:
-        params: {config key: value}.
-    Returns:
-        ["KEY", "VALUE", ...] in the mapping's order.
-    """
-    out: List[str] = []
-    for key, value in params.items():
-        out += [str(key), _value_text(value)]
-    return out
+    """``["KEY", "VALUE", ...]`` for ``merge_from_list`` and the command line; each value decodes back to
+    the same value and type (floats by ``repr``, text quoted only where it would read as another type)."""
+    return [text for key, value in params.items() for text in (str(key), _value_text(value))]
 
 
 def _value_text(value) -> str:

@@ -1,24 +1,7 @@
-"""The study of a search: its storage and the loop every worker of it runs, on Optuna's public API.
-
-- **Storage.** An Optuna ``RDBStorage`` (SQLite by default, PostgreSQL or MySQL for workers on
-  several machines) with heartbeats: ``optimize`` records them, fails trials whose heartbeat is
-  older than the grace period (3 x the interval: the worker got kill -9) and queues their retry
-  with ``RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)`` (Optuna 4.9's name
-  of ``RetryFailedTrialCallback``). A trial stopped by SIGTERM is retried by the same callback.
-- **Workers.** Each worker runs :func:`work_on_study`: ``study.optimize`` one trial at a time
-  while the study needs one, and polls while the last trials run elsewhere (one of them may go
-  stale and be retried).
-
-What Optuna lacks, this module adds (docs/tuning.md, "What reid-tune adds to Optuna"):
-
-- :class:`SqliteLock`: SQLite ignores ``SELECT ... FOR UPDATE``, so two workers could both pop
-  the same WAITING trial or both retry the same stale one; on SQLite each worker holds a file
-  lock from its check of the count to the start of its trial.
-- the trial count: a worker starts a trial only while ``finished + running < n_trials``. That is
-  exact under the SQLite lock; on a database server two workers that check at the same moment
-  can each start the last trial (one extra trial per extra worker at most).
-"""
-import contextlib
+"""The study of a search and the loop of its workers, on Optuna's public API: an RDB storage with
+heartbeats and ``RetryHeartbeatStaleTrialCallback``, ``study.optimize`` one trial at a time. What
+Optuna lacks (SQLite's row locks, the trial count) is a small layer here; docs/tuning.md, "What
+reid-tune adds to Optuna", says what and why."""
 import logging
 import os
 import random
@@ -34,7 +17,7 @@ if TYPE_CHECKING:  # Optuna is imported on first use
     import optuna
 
 __all__ = ["PRUNERS", "GRACE_PERIOD_FACTOR", "TrialFailed", "SqliteLock", "require_optuna", "default_storage_url",
-           "open_storage", "build_pruner", "open_study", "retried_from", "continued_attempts", "finished_trials",
+           "open_storage", "build_pruner", "open_study", "retry_of", "retried_from", "continued_attempts", "finished_trials",
            "trial_seed", "study_progress", "work_on_study"]
 
 logger = logging.getLogger(__name__)
@@ -86,12 +69,8 @@ def _check_url(url: str) -> None:
 
 
 def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBStorage":
-    """Open (and create the tables of) the study storage at `url`, with heartbeats every `heartbeat_s`
-    seconds (whole seconds, at least 1) and the retry of stale trials.
-
-    Raises:
-        UsageError / MissingPackageError / ReidUserError: one line naming the URL (password masked).
-    """
+    """The study storage at `url` (its tables created), with heartbeats every `heartbeat_s` seconds (whole,
+    at least 1) and the retry of stale trials; a problem is one line naming the URL (password masked)."""
     optuna = require_optuna()
     import sqlalchemy.exc
 
@@ -125,22 +104,18 @@ def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBSto
 
 
 class SqliteLock:
-    """An exclusive lock on ``<db file>.lock`` for a SQLite storage (does nothing for others).
-
-    ``acquire`` / ``release`` rather than a ``with`` block: a worker takes it before
-    ``optimize`` and its trial releases it once Optuna has popped or created the trial.
-    """
+    """An exclusive lock on ``<db file>.lock`` of a SQLite storage (a no-op for others). Not a ``with``
+    block: a worker takes it before ``optimize``, its trial releases it once Optuna has popped it."""
 
     def __init__(self, url: str):
-        path = sqlite_file(url)
         try:
             import fcntl
         except ImportError:  # Windows: no flock (a parallel search there needs a database server)
-            fcntl, path = None, None
-        self._fcntl, self._path, self._file = fcntl, path, None
+            fcntl = None
+        self._fcntl, self._path, self._file = fcntl, sqlite_file(url) if fcntl else None, None
 
     def acquire(self) -> None:
-        """Wait for the lock (a no-op when it is held already or the storage is no SQLite file)."""
+        """Wait for the lock (a no-op when held already, or for no SQLite file)."""
         if self._path is not None and self._file is None:
             self._file = open(self._path + ".lock", "a")
             self._fcntl.flock(self._file.fileno(), self._fcntl.LOCK_EX)
@@ -151,15 +126,6 @@ class SqliteLock:
             self._fcntl.flock(self._file.fileno(), self._fcntl.LOCK_UN)
             self._file.close()
             self._file = None
-
-    @contextlib.contextmanager
-    def held(self):
-        """The lock for the duration of a block."""
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
 
 
 def build_pruner(name: str) -> "optuna.pruners.BasePruner":
@@ -174,12 +140,8 @@ def build_pruner(name: str) -> "optuna.pruners.BasePruner":
 
 def open_study(storage, study_name: str, space, n_trials: int, sampler_seed: int,
                base_params: Mapping[str, Any], pruner: str) -> "optuna.Study":
-    """Create the study (its first trial enqueued with `base_params`, the base config's values), or
-    load it and check that it runs the same search (trial count, objective, keys).
-
-    The creator writes the user attrs ``sampler_seed``, ``objective``, ``params`` and last
-    ``n_trials``, the mark that the study is ready; a loading worker waits for it.
-    """
+    """Create the study (its first trial enqueued with `base_params`, the base config's values; its user
+    attrs last, ``n_trials`` marking it ready), or load it, wait until ready and check it is the same search."""
     optuna = require_optuna()
     if n_trials < 1:
         raise UsageError(f"--n-trials is {n_trials}: a search needs at least 1 trial")
@@ -217,22 +179,24 @@ def _describe(attrs: Mapping[str, Any]) -> str:
             f"({objective.get('direction', '?')} {objective.get('metric', '?')})")
 
 
-def _retry_history(trial: "optuna.trial.FrozenTrial") -> List[int]:
+def retry_of(trial: "optuna.trial.FrozenTrial"):
+    """(``retried_trial_number``: the first attempt `trial` retries, ``retry_history``: all of them), from
+    Optuna's retry callback; (None, []) for a first attempt."""
     optuna = require_optuna()
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return list(optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(trial))
+        return retry.retried_trial_number(trial), list(retry.retry_history(trial))
 
 
 def retried_from(trial: "optuna.trial.FrozenTrial") -> Optional[int]:
     """The attempt `trial` continues (the latest of its retry history), or None for a first attempt."""
-    history = _retry_history(trial)
-    return history[-1] if history else None
+    return (retry_of(trial)[1] or [None])[-1]
 
 
 def continued_attempts(trials: Sequence["optuna.trial.FrozenTrial"]) -> Set[int]:
     """The numbers of the interrupted attempts that a later trial continues."""
-    return {number for t in trials for number in _retry_history(t)}
+    return {number for t in trials for number in retry_of(t)[1]}
 
 
 def finished_trials(trials: Sequence["optuna.trial.FrozenTrial"]) -> List["optuna.trial.FrozenTrial"]:
@@ -281,12 +245,10 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
                   poll_s: float = 5.0, log: logging.Logger = logger) -> None:
     """Run the study's trials with ``study.optimize``, one at a time, until all have finished.
 
-    `storage` is the study's (:func:`open_storage` of `storage_url`). `run_trial` returns the
-    objective value, raises ``optuna.TrialPruned`` or :class:`TrialFailed`
-    (the trial ends PRUNED / FAIL and the search goes on). ``TrainingPreempted`` or
-    KeyboardInterrupt (a stop signal; the training saved its checkpoint): the trial ends FAIL, its
-    retry is queued, and the exception goes on. Any other exception ends the trial FAIL and goes on.
-    """
+    `run_trial` returns the objective value or raises ``optuna.TrialPruned`` / :class:`TrialFailed`
+    (the search goes on). A stop (``TrainingPreempted``, KeyboardInterrupt) ends the trial FAIL,
+    queues its retry and goes on up; any other exception ends it FAIL and goes on up.
+    `storage` is :func:`open_storage` of `storage_url`."""
     optuna = require_optuna()
     from ..engine.preemption import TrainingPreempted  # only an exception needs the engine
 
@@ -299,8 +261,8 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
     def objective(trial: "optuna.trial.Trial") -> float:
         lock.release()  # Optuna has popped (or created) this trial: the next worker may look
         started.append(trial.number)
-        history = _retry_history(study.get_trials(deepcopy=False)[trial.number])
-        log.info("Trial #%d started%s", trial.number, f", continuing #{history[-1]}" if history else "")
+        resumed = retried_from(study.get_trials(deepcopy=False)[trial.number])
+        log.info("Trial #%d started%s", trial.number, f", continuing #{resumed}" if resumed is not None else "")
         return run_trial(trial)
 
     while True:
@@ -324,8 +286,9 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
                                                                       next_number))
             study.optimize(objective, n_trials=1, catch=(TrialFailed,))
         except (TrainingPreempted, KeyboardInterrupt):
-            if started:  # the storage's own retry callback, as for a stale trial
-                storage.get_heartbeat_stale_trial_callback()(study, study.get_trials(deepcopy=True)[started[-1]])
+            interrupted = study.get_trials(deepcopy=True)[started[-1]] if started else None
+            if interrupted is not None and interrupted.state == state.FAIL:  # the storage's retry, as for a stale one
+                storage.get_heartbeat_stale_trial_callback()(study, interrupted)
                 log.warning("Trial #%d was interrupted: a new trial continues it from its checkpoint", started[-1])
             raise
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -335,6 +298,6 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
         finally:
             lock.release()
         frozen = study.get_trials(deepcopy=False)[started[-1]]
-        ended = {state.COMPLETE: f"complete: {frozen.value}", state.PRUNED: "pruned"}.get(
-            frozen.state, f"failed: {frozen.user_attrs.get('error', '')}")
+        ended = (f"complete: {frozen.value:.4f}" if frozen.state == state.COMPLETE else "pruned"
+                 if frozen.state == state.PRUNED else f"failed: {frozen.user_attrs.get('error', '')}")
         log.info("Trial #%d %s (%s). %s", frozen.number, ended, format_params(frozen.params), study_progress(study))

@@ -1,21 +1,7 @@
-"""One trial of a search = one ordinary training run of the base command, with the trial's values.
-
-:func:`run_trial` asks the trial for its values and trains the base config with them merged in,
-as ``reid-train`` does: ``engine.launch`` starts the workers (``--num-gpus``), each runs
-reid-train's ``train_worker`` with :class:`TrialTrainer`, a DefaultTrainer whose last hook is
-:class:`~reid_engine.tune.reporting.TrialReporter`. Each trial has its own folder, log, seed and
-trainer. A retried trial (Optuna's ``retried_trial_number``) trains in the folder of the trial
-it retries and resumes from that folder's last checkpoint; a run that was complete there (killed
-between its final checkpoint and its result) evaluates that checkpoint.
-
-The folder ``<study folder>/trials/trial_<number>`` holds the run's files and ``trial.json``
-(study, trial, values, seed, ``resumes_trial``; at the end ``status``, ``value``,
-``iterations``, ``evaluations``). User attrs: ``output_dir``, ``seed``, ``status``, ``error``,
-and ``iterations`` (the last iteration trained: iterations repeated after a kill -9 count once).
-
-Spawned training workers cannot receive an Optuna trial: they get a :class:`TrialRef`, and the
-main one reports through the study's storage (:class:`StoredTrial`, public storage API).
-"""
+"""One trial = one ordinary training run of the base command with the trial's values, in its folder
+``<study>/trials/trial_<number>`` (a retry: the folder of the trial it retries, resumed from its last
+checkpoint), with ``trial.json`` (values, seed, ``status``, ``value``, ``iterations``, ``evaluations``).
+Spawned training workers get a :class:`TrialRef` and report through the storage (:class:`StoredTrial`)."""
 import argparse
 import copy
 import dataclasses
@@ -24,8 +10,7 @@ import json
 import logging
 import math
 import os
-import warnings
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch.multiprocessing as mp
@@ -42,7 +27,7 @@ from ..utils.file_io import atomic_write_text
 from ..utils.logger import close_log_file, setup_run_logging
 from .reporting import TrainingPruned, TrialReporter
 from .space import SearchSpace, overrides_list, suggest_overrides
-from .study import TrialFailed, open_storage, require_optuna
+from .study import TrialFailed, open_storage, require_optuna, retry_of
 
 __all__ = ["TRIAL_RECORD", "TrialBase", "TrialRef", "StoredTrial", "TrialTrainer", "run_trial", "trial_output_dir",
            "read_record"]
@@ -73,13 +58,11 @@ class StoredTrial:
     """What :class:`TrialReporter` needs of a trial (``number``, ``report``, ``should_prune``),
     through the study's storage, for a training worker in another process than the trial's."""
 
-    def __init__(self, study, number: int):
-        storage = open_storage(study.storage_url, study.heartbeat_s)
-        optuna = require_optuna()
-        self.number, self._db = number, storage
-        self._study = optuna.load_study(study_name=study.study_name, storage=storage, pruner=study.pruner)
-        self._id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name),
-                                                                    number)
+    def __init__(self, ref: "TrialRef"):
+        self.number, self._db = ref.number, open_storage(ref.storage_url, ref.heartbeat_s)
+        self._study = require_optuna().load_study(study_name=ref.study_name, storage=self._db, pruner=ref.pruner)
+        self._id = self._db.get_trial_id_from_study_id_trial_number(self._db.get_study_id_from_name(ref.study_name),
+                                                                     ref.number)
 
     def report(self, value: float, step: int) -> None:
         """Record an intermediate value (a step already reported keeps its first value, as Trial.report)."""
@@ -107,16 +90,14 @@ class TrialRef:
 
     def open(self):
         """The trial to report to: this process's own, else a :class:`StoredTrial` (main worker only)."""
-        live = _LIVE_TRIALS.get(self.number)
-        return live if live is not None else StoredTrial(self, self.number)
+        return _LIVE_TRIALS.get(self.number) or StoredTrial(self)
 
 
 class TrialTrainer(DefaultTrainer):
     """DefaultTrainer plus the :class:`TrialReporter` hook, recording how the run ended in ``trial.json``."""
 
     def __init__(self, cfg: CfgNode, trial_ref: TrialRef):
-        self.trial_ref = trial_ref  # before DefaultTrainer.__init__, which builds the hooks
-        self.reporter: Optional[TrialReporter] = None
+        self.trial_ref, self.reporter = trial_ref, None  # before DefaultTrainer.__init__, which builds the hooks
         super().__init__(cfg)
 
     def build_hooks(self) -> list:
@@ -204,28 +185,12 @@ def _failure_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _retry_of(trial) -> Tuple[Optional[int], Optional[int]]:
-    """(the first attempt, the latest attempt) that `trial` retries; (None, None) for a first attempt."""
-    optuna = require_optuna()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        frozen = trial.study.get_trials(deepcopy=False)[trial.number]
-        history = optuna.storages.RetryHeartbeatStaleTrialCallback.retry_history(frozen)
-        return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(frozen), \
-            (history[-1] if history else None)
-
-
 def run_trial(trial, space: SearchSpace, base: TrialBase, study_dir: str) -> float:
-    """Train one trial: the base command with the trial's values, in the trial's folder.
-
-    Returns:
-        the objective metric of the final evaluation.
-    Raises:
-        optuna.TrialPruned: the pruner stopped it. TrialFailed: the training failed (one line).
-        TrainingPreempted: a stop signal; the checkpoint is saved and the study retries the trial.
-    """
+    """Train one trial (the base command with its values, in its folder); returns the final evaluation's
+    metric, or raises optuna.TrialPruned, TrialFailed (one line) or TrainingPreempted (checkpoint saved)."""
     optuna = require_optuna()
-    original, resumes = _retry_of(trial)
+    original, history = retry_of(trial.study.get_trials(deepcopy=False)[trial.number])
+    resumes = history[-1] if history else None  # a retry trains in the folder of the trial it retries
     output_dir = trial_output_dir(study_dir, trial.number if original is None else original)
     seed = trial.user_attrs.get("seed")
     if seed is None:  # trials differ only by their values: the base seed, or one per trial

@@ -149,7 +149,7 @@ def test_missing_file_and_bad_yaml(tmp_path):
     ("  SOLVER.BASE_LRR: {type: float, low: 0.1, high: 0.2}\n",
      ["params.SOLVER.BASE_LRR is not a config key.", "Did you mean: SOLVER.BASE_LR"]),
     ("  SOLVER: {type: float, low: 0.1, high: 0.2}\n",
-     ["params.SOLVER is a config section, not a key", "search one of its keys, e.g. SOLVER."]),
+     ["params.SOLVER is a config section, not a key", "search one of its keys"]),
     ("  SOLVER.STEPS: {type: int, low: 1, high: 20}\n",
      ["params.SOLVER.STEPS holds a list", "search scalar keys only"]),
     ("  SEED: {type: int, low: 0, high: 5}\n",
@@ -186,11 +186,11 @@ def test_a_bound_that_fails_the_config_checks(tmp_path, quick_cfg):
 
 
 @pytest.mark.parametrize("metric, expected", [
-    ("Market1501/mAP", ["objective.metric Market1501/mAP: 'Market1501' is not a test set of DATASETS.TESTS "
-                        "(SyntheticReID)", "use one of SyntheticReID/Rank-1, ", "Did you mean: SyntheticReID/mAP"]),
-    ("SyntheticReID/map", ["objective.metric SyntheticReID/map: is not a result the evaluation reports",
-                           "SyntheticReID/mINP", "Did you mean: SyntheticReID/mAP"]),
-    ("mAP", ["'mAP' is not a test set of DATASETS.TESTS", "Did you mean: SyntheticReID/mAP?"]),
+    ("Market1501/mAP", ["objective.metric Market1501/mAP is not a result the evaluation reports (test sets: "
+                        "SyntheticReID)", "use one of SyntheticReID/Rank-1, ", "Did you mean: SyntheticReID/mAP?"]),
+    ("SyntheticReID/map", ["objective.metric SyntheticReID/map is not a result", "SyntheticReID/mINP",
+                           "Did you mean: SyntheticReID/mAP?"]),
+    ("mAP", ["objective.metric mAP is not a result", "Did you mean: SyntheticReID/mAP?"]),
 ])
 def test_objective_errors(tmp_path, quick_cfg, metric, expected):
     head = f"objective: {{metric: {metric}, direction: maximize}}\n"
