@@ -50,6 +50,11 @@ def default_storage_url(study_dir: str) -> str:
     return "sqlite:///" + os.path.join(os.path.abspath(study_dir), "study.db")
 
 
+def _shown(url: str) -> str:
+    """`url` with its password masked, also without a scheme (``user:password@host/db``)."""
+    return mask_password(url) if "://" in url else mask_password("//" + url)[2:]
+
+
 def _check_url(url: str) -> None:
     """One line for a URL SQLAlchemy cannot read (a bad port, no scheme), before anything is created."""
     import sqlalchemy.engine
@@ -58,13 +63,13 @@ def _check_url(url: str) -> None:
     try:
         sqlalchemy.engine.make_url(url).get_dialect().import_dbapi()  # a missing driver: ImportError
     except sqlalchemy.exc.NoSuchModuleError:
-        raise UsageError(f"unknown kind of database in the study storage URL {mask_password(url)} (--storage): use "
+        raise UsageError(f"unknown kind of database in the study storage URL {_shown(url)} (--storage): use "
                          "sqlite:////path/study.db, postgresql+psycopg://user@host/db or mysql+pymysql://...") from None
     except (sqlalchemy.exc.ArgumentError, ValueError) as e:
-        raise UsageError(f"cannot read the study storage URL {mask_password(url)} (--storage): {first_line(e)}; use "
-                         "e.g. sqlite:////path/study.db or postgresql+psycopg://user@host:5432/db") from None
+        raise UsageError(f"cannot read the study storage URL {_shown(url)} (--storage): {mask_password(first_line(e))}; "
+                         "use e.g. sqlite:////path/study.db or postgresql+psycopg://user@host:5432/db") from None
     except ImportError as e:
-        raise MissingPackageError(f"the study storage {mask_password(url)} needs its database driver "
+        raise MissingPackageError(f"the study storage {_shown(url)} needs its database driver "
                                   f"({first_line(e)}): {TUNE_EXTRA} (PostgreSQL) or pip install pymysql") from None
 
 
@@ -91,13 +96,13 @@ def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBSto
                                                   grace_period=GRACE_PERIOD_FACTOR * interval,
                                                   heartbeat_stale_trial_callback=retry)
         except RuntimeError as e:  # Optuna's check of the tables' schema version
-            raise ReidUserError(f"cannot use the study storage {mask_password(url)} (--storage): {first_line(e)}") \
+            raise ReidUserError(f"cannot use the study storage {_shown(url)} (--storage): {first_line(e)}") \
                 from None
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
             if attempt + 1 < OPEN_STORAGE_TRIES and not isinstance(e, sqlalchemy.exc.InterfaceError):
                 time.sleep(0.3 * (attempt + 1) + random.random() * 0.3)
                 continue
-            raise ReidUserError(f"cannot open the study storage {mask_password(url)} (--storage): "
+            raise ReidUserError(f"cannot open the study storage {_shown(url)} (--storage): "
                                 f"{mask_password(first_line(getattr(e, 'orig', None) or e))}; check that the "
                                 "database server runs and the URL's user, host, port and database") from None
     raise AssertionError("unreachable")

@@ -140,6 +140,7 @@ def test_a_study_that_never_became_ready_is_one_line(tmp_path, monkeypatch):
     ("not a url", UsageError, "cannot read the study storage URL not a url (--storage)"),
     ("postgresql+psycopg://postgres:s3cret@127.0.0.1:55433x/db", UsageError,
      "cannot read the study storage URL postgresql+psycopg://postgres:***@127.0.0.1:55433x/db (--storage)"),
+    ("me:s3cret@localhost/db", UsageError, "cannot read the study storage URL me:***@localhost/db (--storage)"),
     ("nosuchdb://h/x", UsageError, "unknown kind of database in the study storage URL nosuchdb://h/x"),
     ("mysql+pymysql://me:s3cret@localhost/x", MissingPackageError,
      "the study storage mysql+pymysql://me:***@localhost/x needs its database driver"),
