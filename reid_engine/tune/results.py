@@ -125,7 +125,7 @@ def trials_table(study, space: SearchSpace, top: int = 10, tablefmt: str = "simp
                                                    else ""), state,
                       f"{row['shown']:#.4g}" if isinstance(row["shown"], float) and row["state"] != "FAIL" else "-",
                       *[_cell(typed_value(k, row.get(f"params_{k}"))) for k in space.keys],
-                      _cell(int(iters) if isinstance(iters, float) and iters == iters else None),
+                      _cell(int(iters) if iters is not None and pandas.notna(iters) else None),
                       _duration(row["time"]), _cell(out)])
         if row["state"] == "FAIL" and isinstance(row.get("user_attrs_error"), str):
             errors.append(f"#{row['number']} {state}: {' '.join(row['user_attrs_error'].split())}")

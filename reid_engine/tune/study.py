@@ -150,6 +150,7 @@ def open_study(storage, study_name: str, space, n_trials: int, sampler_seed: int
     optuna = require_optuna()
     if n_trials < 1:
         raise UsageError(f"--n-trials is {n_trials}: a search needs at least 1 trial")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # reid-tune logs the study and each trial in its own lines
     mine = {_ATTR_N_TRIALS: int(n_trials), _ATTR_PARAMS: list(space.keys),
             _ATTR_OBJECTIVE: {"metric": space.objective.metric, "direction": space.objective.direction}}
     options = dict(storage=storage, study_name=study_name, pruner=build_pruner(pruner),
@@ -258,7 +259,6 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
     from ..engine.preemption import TrainingPreempted  # only an exception needs the engine
 
     state = optuna.trial.TrialState
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # this loop logs each trial itself, in one line
     lock = SqliteLock(storage_url)
     n_trials = int(study.user_attrs[_ATTR_N_TRIALS])
     started: List[int] = []

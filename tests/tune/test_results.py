@@ -164,9 +164,10 @@ def test_short_column_names_stay_distinct(tmp_path):
     space = load_search_space(str(path))
     study = _study(space)
     _add(study, space, TrialState.COMPLETE, 1.0, {"MODEL.LOSSES.CE.SCALE": 0.5, "MODEL.LOSSES.TRI.SCALE": 1.0,
-                                                  "SOLVER.BASE_LR": 0.002})
-    header = trials_table(study, space).splitlines()[1].split()
-    assert header[4:7] == ["CE.SCALE", "TRI.SCALE", "BASE_LR"]
+                                                  "SOLVER.BASE_LR": 0.002}, iterations=300)
+    table = trials_table(study, space)
+    assert table.splitlines()[1].split()[4:7] == ["CE.SCALE", "TRI.SCALE", "BASE_LR"]
+    assert _rows(table)[0][7] == "300"  # an integer column of trials_dataframe() (no trial lacks it)
 
 
 def _png_ok(path):
