@@ -53,9 +53,12 @@ setup(
         # torchvision / timm would replace a CPU torch with a CUDA build; that path imports neither)
         "track": ["opencv-python-headless>=4.7,<5", "lapx>=0.5.5,<1", "rich>=13", "motmetrics>=1.4",
                   "pandas>=2,<3"],
-        "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
+        # Optuna 4.9+: RetryHeartbeatStaleTrialCallback; a finished study's summary and plots need pandas
+        # (trials_dataframe) and matplotlib (optuna.visualization.matplotlib)
+        "tune": ["optuna>=4.9", "sqlalchemy>=2.0", "psycopg[binary]>=3.1", "pandas>=2,<3", "matplotlib>=3.5"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
-        "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],
+        # log_batch(..., synchronous=False) and start_run(parent_run_id=...), as in mlflow-skinny 3.17
+        "mlflow": ["mlflow-skinny>=3.0", "SQLAlchemy>=1.4", "alembic>=1.8"],
     },
     entry_points={
         "console_scripts": [

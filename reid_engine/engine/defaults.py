@@ -5,6 +5,7 @@ classmethods are the override points for research code.
 """
 import logging
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -23,6 +24,7 @@ from ..evaluation import (
     log_result_checks,
     print_csv_format,
 )
+from ..integrations.mlflow import MLflowWriter
 from ..modeling import build_model
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
@@ -34,10 +36,11 @@ from . import compile_cost, hooks, scaling
 from .compile_guard import CompileGuard
 from .ddp import create_ddp_model, model_device
 from .hooks.pseudo_labels import PseudoLabeler
-from .mlflow_tracking import MLflowWriter
-from .rank_vis import write_rank_vis
+from .preemption import TrainingPreempted, requested_signal
+from .rank_vis import RANK_VIS_FILE, write_rank_vis
 from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
+from .trainer_base import TrainingStopped
 
 __all__ = [
     "default_setup",
@@ -47,6 +50,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MLFLOW_ARTIFACTS = ("config.yaml", "metrics.json", RANK_VIS_FILE, "log.txt")  # a run's files in its MLflow run
+
+
+def stopped_on_purpose() -> bool:
+    """Whether the training now ending was stopped on purpose (a stop signal, a pruned trial), not by a failure."""
+    return isinstance(sys.exc_info()[1], (TrainingPreempted, TrainingStopped)) or bool(requested_signal())
 
 #: iterations between log lines / metric writes, and between loss fetches from the device
 LOG_PERIOD = 20
@@ -283,7 +293,8 @@ class DefaultTrainer(TrainerBase):
         writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
         if self.cfg.MLFLOW.ENABLED and comm.is_main_process():
             trainer = weakref.proxy(self)  # the writer asks at its first write whether this run resumed
-            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0))
+            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0,
+                                        stopped_on_purpose=stopped_on_purpose, artifacts=MLFLOW_ARTIFACTS))
         return writers
 
     # ------------------------------------------------------------------ builders
