@@ -1,11 +1,17 @@
 """Search hyperparameters with Optuna: each trial is one ordinary training run (`reid-tune`).
 
 Examples:
-    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_quick.yml \\
-        --search-space configs/tune/synthetic_demo.yml --n-trials 12
-    reid-tune ... --storage postgresql+psycopg://user:password@host/db   # workers on several machines
-    reid-tune ... --num-gpus 2 MODEL.DEVICE cpu        # each trial on 2 workers; KEY VALUE: the base config
-    reid-tune --summary --config-file ... --search-space ...   # table, plots and best config so far
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --n-trials 10
+    # workers on several machines share one study on a database server
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --storage postgresql+psycopg://user:password@host/db
+    # each trial on 2 workers; KEY VALUE pairs override the base config
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --num-gpus 2 MODEL.DEVICE cpu
+    # the table, plots and best config so far
+    reid-tune --summary --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml
 
 The base config (--config-file and the KEY VALUE overrides) and the search space are checked
 first: a problem is one error line before any trial. The study folder is

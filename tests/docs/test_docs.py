@@ -142,7 +142,7 @@ def test_fenced_blocks_and_shell_commands():
 
 # -- help texts ----------------------------------------------------------------------------------------------
 
-_NOT_OURS = {"reid-tune": "reid_engine/cli/tune.py's help is rewritten under the tuning issue"}
+_NOT_OURS = {}
 
 
 @pytest.mark.parametrize("name, module", [
