@@ -190,7 +190,7 @@ if torch.cuda.is_available():
     facts.update(gpu=p.name, capability=f"{p.major}.{p.minor}", memory_gb=round(p.total_memory / 2**30, 1),
                  gpus=torch.cuda.device_count(), bf16=torch.cuda.is_bf16_supported())
 try:
-    from reid_engine.modeling.compile import inductor_cache_dir
+    from reid_engine.runtime.compile import inductor_cache_dir
     cache = inductor_cache_dir()
     facts["reid_engine"] = "ok"
     facts["inductor_cache_files"] = sum(len(f) for _, _, f in os.walk(cache))

@@ -9,12 +9,12 @@ values of the label-free loop).
 from typing import Optional
 
 from ..config import CfgNode, ConfigError
-from ..config.run_plan import check_plan_config
 from ..data.build import check_data_config
 from ..data.pseudo_labels import check_pseudo_loader_config
 from ..evaluation.distance import check_metric
 from ..modeling.meta_arch.build import check_model_config
 from ..modeling.meta_arch.cluster_contrast import check_label_free_architecture
+from ..runtime.run_plan import check_plan_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
 from ..utils.checkpoint import CheckpointScheduleError

@@ -12,7 +12,6 @@ from typing import Dict, List, Optional
 import torch
 
 from ..config import CfgNode
-from ..config.run_plan import RunPlan, build_run_plan, freezes_layers
 from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
 from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
@@ -24,15 +23,17 @@ from ..evaluation import (
     print_csv_format,
 )
 from ..modeling import build_model
+from ..runtime import compile_cost
+from ..runtime.compiled import is_compiled
+from ..runtime.run_plan import RunPlan, build_run_plan, freezes_layers
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
-from ..utils.compiled import is_compiled
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
-from . import compile_cost, hooks, scaling
-from .compile_guard import CompileGuard
+from . import hooks, scaling
 from .ddp import create_ddp_model, model_device
+from .hooks import CompileGuard
 from .hooks.pseudo_labels import PseudoLabeler
 from .mlflow_tracking import MLflowWriter
 from .rank_vis import write_rank_vis

@@ -41,8 +41,14 @@ import torch.multiprocessing as mp
 
 from reid_engine.utils import comm
 
-from . import preemption
-from .rendezvous import RendezvousError, check_default_port_free, default_dist_url, find_free_port, join_process_group
+from ..reliability import preemption
+from ..reliability.rendezvous import (
+    RendezvousError,
+    check_default_port_free,
+    default_dist_url,
+    find_free_port,
+    join_process_group,
+)
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_RENDEZVOUS_TIMEOUT_S", "RendezvousError", "launch", "default_dist_url",
            "launched_by_torchelastic"]

@@ -26,11 +26,11 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from ..config import CfgNode, ConfigError
+from ..reliability import preemption
 from ..utils.errors import MissingPackageError, ReidUserError
 from ..utils.events import EventWriter, collect_new_scalars, get_event_storage
 from ..utils.file_io import atomic_write_text
 from ..utils.urls import mask_password, sqlite_file
-from . import preemption
 from .rank_vis import RANK_VIS_FILE
 from .trainer_base import TrainingStopped
 

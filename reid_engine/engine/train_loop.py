@@ -15,12 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config.run_plan import AMP_DTYPE_NAMES, AmpDecision, amp_decision, resolve_amp_dtype
+from ..reliability import preemption
+from ..runtime.run_plan import AMP_DTYPE_NAMES, AmpDecision, amp_decision, resolve_amp_dtype
 from ..utils import comm
 from ..utils.env import get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
 from ..utils.events import get_event_storage
-from . import preemption
 from .trainer_base import HookBase, TrainerBase
 
 __all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",

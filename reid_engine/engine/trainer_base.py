@@ -9,10 +9,10 @@ from typing import Dict, Iterable, List, Mapping, Optional
 
 import torch
 
+from ..reliability import loader_faults, preemption
+from ..reliability.preemption import TrainingPreempted
 from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage
-from . import loader_faults, preemption
-from .preemption import TrainingPreempted
 
 __all__ = ["HookBase", "TrainerBase", "TrainingStopped"]
 

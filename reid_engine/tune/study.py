@@ -632,7 +632,7 @@ def _end_interrupted_or_broken(study: "optuna.Study", trial: "optuna.trial.Trial
                                log: logging.Logger) -> None:
     """End `trial` FAIL after `run_trial` raised `error`: a stop request (queue a continuation) or a bug."""
     optuna = require_optuna()
-    from ..engine.preemption import TrainingPreempted  # here: only an exception needs the engine
+    from ..reliability.preemption import TrainingPreempted  # here: only an exception needs the engine
 
     interrupted = isinstance(error, (TrainingPreempted, KeyboardInterrupt, SystemExit))
     attrs = {_STATUS: "preempted"} if interrupted else {_STATUS: "failed", _ERROR: _one_line(f"{type(error).__name__}: {error}")}

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401
 
-from reid_engine.engine import compile_cost
-from reid_engine.engine.compile_guard import CompileGuard
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.engine.hooks import CompileGuard
+from reid_engine.runtime import compile_cost
+from reid_engine.runtime.compiled import is_compiled
 
 from ._engine_fixtures import Clock, TinyModel, capture_logs, make_trainer, one_torch_thread, short_compile_comparison  # noqa: F401
 

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from reid_engine.engine.compile_guard import CompileGuard
+from reid_engine.engine.hooks import CompileGuard
 from reid_engine.engine.train_loop import SimpleTrainer
-from reid_engine.modeling.compile import compile_model, eager_calls
-from reid_engine.utils.compiled import is_compiled, uses_cuda_graphs
+from reid_engine.runtime.compile import compile_model, eager_calls
+from reid_engine.runtime.compiled import is_compiled, uses_cuda_graphs
 
 from ._engine_fixtures import ResumableStream, TinyModel, one_torch_thread  # noqa: F401
 

@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401
 
-from reid_engine.engine import compile_cost
-from reid_engine.engine.compile_guard import CompileGuard
-from reid_engine.engine.hooks import LayerFreeze
+from reid_engine.engine.hooks import CompileGuard, LayerFreeze
 from reid_engine.engine.train_loop import HookBase
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime import compile_cost
+from reid_engine.runtime.compiled import is_compiled
 
 from ._engine_fixtures import (  # noqa: F401
     Clock,

@@ -9,13 +9,13 @@ import torch
 import torch._dynamo  # noqa: F401  (imported once, at collection, rather than inside the first test)
 from torch import nn
 
-from reid_engine.engine import compile_guard
-from reid_engine.engine.compile_guard import CompileFailedError, CompileGuard, is_compile_error
-from reid_engine.engine.hooks import PreciseBN
+from reid_engine.engine.hooks import CompileGuard, PreciseBN
 from reid_engine.engine.train_loop import HookBase, SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
-from reid_engine.modeling.compile import eager_calls
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime import compile_guard
+from reid_engine.runtime.compile import eager_calls
+from reid_engine.runtime.compile_guard import CompileFailedError, is_compile_error
+from reid_engine.runtime.compiled import is_compiled
 
 from ._engine_fixtures import (  # noqa: F401
     CollectFeatures,
@@ -357,7 +357,7 @@ def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
 
 
 def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monkeypatch, tmp_path):
-    from reid_engine.modeling.compile import inductor_cache_dir
+    from reid_engine.runtime.compile import inductor_cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -369,8 +369,8 @@ def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monk
 
 def test_inference_builds_eager_under_auto_and_export_models_always_eager():
     from reid_engine.config import get_cfg
-    from reid_engine.config.run_plan import build_run_plan, compile_decision
     from reid_engine.inference import build_inference_model
+    from reid_engine.runtime.run_plan import build_run_plan, compile_decision
 
     cuda = torch.device("cuda")
     assert compile_decision("train", "auto", cuda)[0] == "reduce-overhead"
@@ -388,7 +388,7 @@ def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monke
     """The call sites CUDA graphs need, shown on the CPU by declaring the model CUDA-graphed: a
     step boundary before each training step and each evaluation call (two with flip test), and
     evaluation features that are copies, not the memory the next replay overwrites."""
-    from reid_engine.utils import compiled
+    from reid_engine.runtime import compiled
 
     marks = []
     monkeypatch.setattr(compiled, "uses_cuda_graphs", lambda model: is_compiled(model))

@@ -20,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.backends.registry import lookup_backend
 
-from reid_engine.engine.compile_guard import CompileGuard
+from reid_engine.engine.hooks import CompileGuard
 from reid_engine.engine.train_loop import SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
-from reid_engine.modeling.compile import eager_calls
-from reid_engine.utils import compiled
-from reid_engine.utils.compiled import uses_cuda_graphs
+from reid_engine.runtime import compiled
+from reid_engine.runtime.compile import eager_calls
+from reid_engine.runtime.compiled import uses_cuda_graphs
 
 from ._engine_fixtures import CollectFeatures, make_trainer, one_torch_thread  # noqa: F401 (autouse fixture)
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from reid_engine.engine.loader_faults import loader_worker_error
+from reid_engine.reliability.loader_faults import loader_worker_error
 
 
 class _Slow(Dataset):

@@ -24,9 +24,9 @@ from reid_engine.engine.mlflow_tracking import (
     resolve_tracking_uri,
     start_parent_run,
 )
-from reid_engine.engine.preemption import TrainingPreempted
 from reid_engine.engine.train_loop import HookBase
 from reid_engine.engine.trainer_base import TrainingStopped
+from reid_engine.reliability.preemption import TrainingPreempted
 from reid_engine.utils.errors import MissingPackageError, ReidUserError
 from reid_engine.utils.events import JSONWriter
 from tests.conftest import records_of

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 import torch
 
-from reid_engine.config.run_plan import build_run_plan
 from reid_engine.engine.defaults import DefaultTrainer
 from reid_engine.engine.train_loop import AMPTrainer, SimpleTrainer
+from reid_engine.runtime.run_plan import build_run_plan
 
 from ._engine_fixtures import capture_logs, info_logging, tiny_trainer_cfg  # noqa: F401 (info_logging: a fixture)
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from reid_engine.engine import hooks, train_loop
-from reid_engine.engine.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
 from reid_engine.engine.train_loop import SimpleTrainer
+from reid_engine.reliability.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.conftest import REPO_ROOT
 from tests.e2e.test_train_net import load_weights, metrics_by_iter

@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from reid_engine.config import get_cfg
-from reid_engine.config.run_plan import build_run_plan, compile_scope_decision
 from reid_engine.modeling import build_model
-from reid_engine.modeling.compile import compile_model, compiled_modules, eager_calls, repeated_blocks, uncompile_model
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime.compile import compile_model, compiled_modules, eager_calls, repeated_blocks, uncompile_model
+from reid_engine.runtime.compiled import is_compiled
+from reid_engine.runtime.run_plan import build_run_plan, compile_scope_decision
 from reid_engine.utils.registry import UnknownChoiceError
 
 

@@ -6,9 +6,9 @@ import torch
 
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
-from reid_engine.modeling.compile import normalize_compile_mode, resolve_compile_mode
 from reid_engine.modeling.layers.cpu_bf16_conv import MatmulGradConv2d
 from reid_engine.modeling.meta_arch import use_channels_last
+from reid_engine.runtime.compile import normalize_compile_mode, resolve_compile_mode
 from reid_engine.utils.errors import ReidUserError
 
 from ._helpers import tiny_cfg

@@ -86,7 +86,7 @@ def make_run_trial(record: str, out_dir: str, sleep_s: float = 0.0, hang_on_slot
             time.sleep(3600)  # killed by the test
         time.sleep(sleep_s)
         if slot == preempt_on_slot and attempt <= preempt_attempts:
-            from reid_engine.engine.preemption import TrainingPreempted
+            from reid_engine.reliability.preemption import TrainingPreempted
 
             trial.report(0.5, step=attempt)  # an evaluation before the stop
             raise TrainingPreempted.stopped(15, 7, os.path.join(attrs["output_dir"], "model_0000007.pth"))

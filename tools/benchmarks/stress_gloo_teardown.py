@@ -41,7 +41,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
-from reid_engine.engine import rendezvous  # noqa: E402
+from reid_engine.reliability import rendezvous  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
 
 # the module, not the function `reid_engine.engine.launch` that the package exports

@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from reid_engine.config import ConfigError
-from reid_engine.config.run_plan import DEVICE_AUGMENT_CHOICES, batched_op_names, device_augment_decision, reordered_keys
+from reid_engine.runtime.run_plan import DEVICE_AUGMENT_CHOICES, batched_op_names, device_augment_decision, reordered_keys
 from reid_engine.utils.registry import UnknownChoiceError
 
 from .autoaugment import AugMix, AutoAugment

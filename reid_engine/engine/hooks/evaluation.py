@@ -2,8 +2,8 @@
 import logging
 from typing import Callable, Dict, Mapping, Optional
 
+from ...reliability import preemption
 from ...utils import comm
-from .. import preemption
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)

@@ -7,10 +7,10 @@ from typing import Optional
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import CHANNELS_LAST_CHOICES, RunPlan, build_run_plan, use_channels_last
+from reid_engine.runtime.run_plan import CHANNELS_LAST_CHOICES, RunPlan, build_run_plan, use_channels_last
 from reid_engine.utils.registry import Registry
 
-from ..compile import compile_model, inductor_cache_dir
+from ...runtime.compile import compile_model, inductor_cache_dir
 from ..layers.cpu_bf16_conv import convert_to_matmul_grad_convs
 from .summary import log_model_summary
 

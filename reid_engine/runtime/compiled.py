@@ -13,7 +13,7 @@ from typing import List
 import torch
 from torch import nn
 
-from .comm import unwrap_model
+from ..utils.comm import unwrap_model
 
 __all__ = ["CUDA_GRAPH_MODES", "CUDA_GRAPH_DEVICES", "is_compiled", "compiled_modules", "uses_cuda_graphs",
            "mark_step_begin", "kept_output"]

@@ -44,12 +44,11 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
-from ..modeling.compile import eager_calls, uncompile_model
 from ..utils import comm
-from ..utils.compiled import is_compiled, mark_step_begin
 from ..utils.errors import ReidUserError
 from . import compile_cost
-from .train_loop import HookBase
+from .compile import eager_calls, uncompile_model
+from .compiled import is_compiled, mark_step_begin
 
 __all__ = ["CompileGuard", "CompileFailedError", "RECOMPILE_CAP", "EAGER_STEPS", "COMPILE_WARMUP_STEPS",
            "TIMED_STEPS", "is_compile_error"]
@@ -122,11 +121,13 @@ def _guard_name(reason: str) -> str:
     return first.split(": ", 1)[1].strip() if ": " in first[:12] else first
 
 
-class CompileGuard(HookBase):
+class CompileGuard:
     """Runs the steps of a compiled model and decides whether it stays compiled (see the module doc).
 
-    Register it with the trainer's hooks (its state is checkpointed) and set it as
-    ``SimpleTrainer.compile_guard``. A model that is not compiled passes straight through.
+    The loop knows it as a hook (``engine.hooks.CompileGuard``: its state is checkpointed, its
+    summary logged after training, ``trainer`` is the trainer) and as ``SimpleTrainer.compile_guard``,
+    which runs each step on a fetched batch through :meth:`run_step`. A model that is not compiled
+    passes straight through.
 
     A comparison (auto: eager steps, then compiled steps) runs at the start of each process
     and again after a recompilation that follows a decision (a new graph, e.g. when
@@ -138,7 +139,10 @@ class CompileGuard(HookBase):
         reason: why (empty while it stays compiled).
         compile_seconds: the estimated time of the last compilation (None until measured).
         waited_for_release: the iteration of the release auto waited for to compile (None: no wait).
+        trainer: the trainer whose steps it runs (its ``iter``, ``max_iter``, ``warmup_step``); None alone.
     """
+
+    trainer = None
 
     def __init__(self, model: nn.Module, mode: str, explicit: bool, recompile_cap: int = RECOMPILE_CAP,
                  timer: Callable[[], float] = time.perf_counter, recipe: str = "", weigh_cost: bool = True,
@@ -432,6 +436,7 @@ class CompileGuard(HookBase):
             logger.info("Compile summary: %s", text)
 
     def after_train(self):
+        """Log the summary line of a compiled run once training ends."""
         if self.mode != "off":
             self._log_summary()
 

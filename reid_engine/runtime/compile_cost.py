@@ -22,9 +22,9 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
-from ..modeling.compile import inductor_cache_dir
 from ..utils.comm import unwrap_model
 from ..utils.file_io import atomic_write_text
+from .compile import inductor_cache_dir
 
 __all__ = ["CompileEstimate", "DEFAULT_COMPILE_S", "DEFAULT_SPEEDUP", "recipe_key", "estimate", "record",
            "expected_saving", "pays_off", "describe", "records_path"]

@@ -26,7 +26,8 @@ from typing import List
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import (
+from reid_engine.runtime.compiled import compiled_modules
+from reid_engine.runtime.run_plan import (
     COMPILE_BACKENDS,
     COMPILE_MODES,
     COMPILE_SCOPES,
@@ -34,7 +35,6 @@ from reid_engine.config.run_plan import (
     resolve_compile_mode,
 )
 from reid_engine.utils.comm import unwrap_model
-from reid_engine.utils.compiled import compiled_modules
 from reid_engine.utils.registry import check_choice
 
 __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode", "resolve_compile_mode",

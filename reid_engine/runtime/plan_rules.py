@@ -13,9 +13,9 @@ from typing import List, Mapping, Optional, Tuple, Union
 import torch
 
 from ..utils import env
-from ..utils.cpu_budget import usable_cpus
+from ..utils.errors import ConfigError
 from ..utils.registry import check_choice
-from .config import ConfigError
+from .cpu_budget import usable_cpus
 
 __all__ = [
     "PURPOSES", "COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode",

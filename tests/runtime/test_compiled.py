@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from reid_engine.utils import compiled
-from reid_engine.utils.compiled import is_compiled, kept_output, mark_step_begin, uses_cuda_graphs
+from reid_engine.runtime import compiled
+from reid_engine.runtime.compiled import is_compiled, kept_output, mark_step_begin, uses_cuda_graphs
 
 
 def _model(mode=None):

@@ -28,8 +28,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch.utils.data
 
-from reid_engine.config import ConfigError
-from reid_engine.utils.errors import ReidUserError
+from reid_engine.utils.errors import ConfigError, ReidUserError
 
 __all__ = ["LoaderHangError", "LoaderWatchdog", "install_in_worker", "check_hang_timeout",
            "HANG_TIMEOUT_FLOOR", "HANG_TIMEOUT_FACTOR"]
