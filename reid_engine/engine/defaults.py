@@ -180,6 +180,14 @@ class DefaultTrainer(TrainerBase):
         """Fetch, check and write the losses the step trainer staged on the device."""
         self._trainer.flush_metrics()
 
+    def step_may_be_long(self) -> bool:
+        """The step trainer's (SimpleTrainer.step_may_be_long)."""
+        return self._trainer.step_may_be_long()
+
+    def step_snapshot(self):
+        """The step trainer's (SimpleTrainer.step_snapshot)."""
+        return self._trainer.step_snapshot()
+
     def train(self) -> Optional[Dict]:
         """Train from `start_iter` to `max_iter`; verify TEST.EXPECTED_RESULTS.
 

@@ -48,7 +48,7 @@ from ..utils import comm
 from ..utils.errors import ReidUserError
 from . import compile_cost
 from .compile import eager_calls, uncompile_model
-from .compiled import is_compiled, mark_step_begin
+from .compiled import compile_count, is_compiled, mark_step_begin
 
 __all__ = ["CompileGuard", "CompileFailedError", "RECOMPILE_CAP", "EAGER_STEPS", "COMPILE_WARMUP_STEPS",
            "TIMED_STEPS", "is_compile_error"]
@@ -187,6 +187,7 @@ class CompileGuard:
         self._eager_step: Optional[float] = None  # median eager step of the last comparison
         self._compiled_step: Optional[float] = None
         self._logged_summary = ""  # the last summary line logged (the same one is not repeated)
+        self._compiles_at_step: Optional[int] = None  # torch.compile's count at the last compiled step's start
 
     @property
     def _eager_steps(self) -> int:
@@ -220,6 +221,22 @@ class CompileGuard:
     def active(self) -> bool:
         """Whether the model's calls run compiled now."""
         return not self.fell_back and is_compiled(self.model)
+
+    def step_may_be_long(self) -> bool:
+        """Whether the coming step may last long enough to be worth interrupting (and undoing).
+
+        Compilation and graph capture happen in a compiled model's steps: while the guard warms up
+        (the first compiled steps: compilation, CUDA graphs' warm-up and recording), in the first
+        compiled step of a process, and in the step after one in which torch.compile compiled (a
+        recompilation; CUDA graphs record in the call after a compilation; an evaluation may have
+        compiled too). A recompilation that comes unannounced in steady training (a guard failing)
+        is not covered: a stop waits for that step, as for every eager step. Call it once per step.
+        """
+        if not self.active:
+            return False
+        compiles, last = compile_count(), self._compiles_at_step
+        self._compiles_at_step = compiles
+        return self.warming_up or last is None or compiles != last
 
     def run_step(self, step: Callable[[], None]) -> None:
         """Run one training step (forward, backward, optimizer step on a fetched batch).

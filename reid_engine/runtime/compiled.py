@@ -1,6 +1,6 @@
 """What the loops need to know about a model compiled in place (nn.Module.compile).
 
-Kept in utils so that the engine and the evaluation read one rule. CUDA graphs (torch.compile's
+Kept in the runtime package so that the engine and the evaluation read one rule. CUDA graphs (torch.compile's
 ``reduce-overhead`` and ``max-autotune`` modes on CUDA) replay into the same output memory: an
 output of step N is overwritten by step N + 1, so a caller that keeps an output past the next
 call must clone it, and each training or evaluation step starts with
@@ -8,6 +8,7 @@ call must clone it, and each training or evaluation step starts with
 dead (its own rule, "a new compiled call with no backward pending", misses a forward that runs
 without a backward, such as evaluation with two calls per batch).
 """
+import sys
 from typing import List
 
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 from ..utils.comm import unwrap_model
 
 __all__ = ["CUDA_GRAPH_MODES", "CUDA_GRAPH_DEVICES", "is_compiled", "compiled_modules", "uses_cuda_graphs",
-           "mark_step_begin", "kept_output"]
+           "mark_step_begin", "kept_output", "compile_count"]
 
 #: torch.compile modes that run the compiled graphs in CUDA graphs (on CUDA devices)
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -86,3 +87,10 @@ def kept_output(model: nn.Module, output: torch.Tensor) -> torch.Tensor:
         the tensor itself, or a clone when the next replay would overwrite it.
     """
     return output.clone() if uses_cuda_graphs(model) else output
+
+
+def compile_count() -> int:
+    """Graphs torch.compile has compiled in this process (dynamo's own counter; 0 before anything
+    imported dynamo, which this does not import)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
