@@ -60,11 +60,9 @@ def _trainer(compiled: bool) -> SimpleTrainer:
     an explicit-mode CompileGuard (compiled from the first step, never falling back)."""
     torch.manual_seed(0)
     model = TinyModel().cuda()
-    model.compile_mode = "off"
     trainer = SimpleTrainer(model, CudaStream(), torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     if compiled:
         compile_model(model, "reduce-overhead")
-        model.compile_mode = "reduce-overhead"
         guard = CompileGuard(model, "reduce-overhead", explicit=True)
         trainer.register_hooks([guard])
         trainer.compile_guard = guard

@@ -25,7 +25,7 @@ from reid_engine.engine.train_loop import SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
 from reid_engine.runtime import compiled
 from reid_engine.runtime.compile import eager_calls
-from reid_engine.runtime.compiled import uses_cuda_graphs
+from reid_engine.runtime.compiled import CompileRecord, record_compilation, uses_cuda_graphs
 
 from ._engine_fixtures import CollectFeatures, make_trainer, one_torch_thread  # noqa: F401 (autouse fixture)
 
@@ -93,9 +93,9 @@ def cuda_graphs(monkeypatch):
 
 
 def _replayed(model: nn.Module, backend: ReplayingBackend) -> nn.Module:
-    """`model` compiled in place with `backend`, its mode recorded as modeling.compile_model records it."""
+    """`model` compiled in place with `backend`, its mode recorded as runtime.compile.compile_model records it."""
     model.compile(backend=backend)
-    model.compile_mode = "reduce-overhead"
+    record_compilation(model, CompileRecord("reduce-overhead"))
     assert uses_cuda_graphs(model)
     return model
 

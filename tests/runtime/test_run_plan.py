@@ -70,7 +70,7 @@ def test_cpu_bf16_amp_decides_layout_weight_gradients_and_autocast_together(monk
     assert plan.cpu_bf16_weight_grad is bool(native) and plan.channels_last is bool(native)
     assert plan.autocast_dtype == (torch.bfloat16 if native else None) and not plan.grad_scaling
     model = build_model(_cfg(**{"SOLVER.AMP.ENABLED": True}), plan)
-    assert model.channels_last is bool(native)  # model building follows the plan
+    assert model.weights_channels_last() is bool(native)  # model building follows the plan
 
 
 def test_amp_decision_on_cpu_turns_float16_into_bfloat16_and_explains_itself(monkeypatch):
