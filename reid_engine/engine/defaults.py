@@ -22,6 +22,7 @@ from ..evaluation import (
     log_result_checks,
     print_csv_format,
 )
+from ..inference.rank_vis import write_rank_vis
 from ..modeling import build_model
 from ..runtime import compile_cost
 from ..runtime.compiled import is_compiled
@@ -36,7 +37,6 @@ from .ddp import create_ddp_model, model_device
 from .hooks import CompileGuard
 from .hooks.pseudo_labels import PseudoLabeler
 from .mlflow_tracking import MLflowWriter
-from .rank_vis import write_rank_vis
 from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
 

@@ -26,12 +26,12 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from ..config import CfgNode, ConfigError
+from ..inference.rank_vis import RANK_VIS_FILE
 from ..reliability import preemption
 from ..utils.errors import MissingPackageError, ReidUserError
 from ..utils.events import EventWriter, collect_new_scalars, get_event_storage
 from ..utils.file_io import atomic_write_text
 from ..utils.urls import mask_password, sqlite_file
-from .rank_vis import RANK_VIS_FILE
 from .trainer_base import TrainingStopped
 
 __all__ = [

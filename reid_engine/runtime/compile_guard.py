@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from ..utils import comm
-from ..utils.errors import ReidUserError
+from ..utils.errors import ReidUserError, first_line
 from . import compile_cost
 from .compile import eager_calls, uncompile_model
 from .compiled import compile_count, is_compiled, mark_step_begin
@@ -98,7 +98,7 @@ def is_compile_error(exc: BaseException) -> bool:
     return any(part in where for part in _COMPILER_DIRS) or where.startswith(cache)
 
 
-def _one_line(exc: BaseException, limit: int = 240) -> str:
+def _compile_error_text(exc: BaseException, limit: int = 240) -> str:
     """``Type: [InnerType: ]first line of the innermost cause``, shortened to `limit` characters
     (torch wraps a backend's error, e.g. BackendCompilerFailed around InductorError)."""
     inner = exc
@@ -107,8 +107,7 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
         if not isinstance(cause, BaseException) or cause is inner:
             break
         inner = cause
-    lines = [line.strip() for line in str(inner).splitlines() if line.strip()]
-    text = f"{type(inner).__name__}: {lines[0]}" if lines else type(inner).__name__
+    text = f"{type(inner).__name__}: {first_line(inner)}" if str(inner).strip() else type(inner).__name__
     if inner is not exc:
         text = f"{type(exc).__name__}: {text}"
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -334,7 +333,7 @@ class CompileGuard:
 
     def _compile_failed(self, exc: Exception, where: str) -> None:
         """Rule (a): fall back under auto, fail in one line under an explicit mode."""
-        cause = f"torch.compile failed {where}: {_one_line(exc)}"
+        cause = f"torch.compile failed {where}: {_compile_error_text(exc)}"
         if self.explicit:
             raise CompileFailedError(f"MODEL.COMPILE {self.mode}: {cause} (set MODEL.COMPILE off to train eager, "
                                      "or auto to fall back to eager by itself)") from exc

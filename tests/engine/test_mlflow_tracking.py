@@ -26,9 +26,9 @@ from reid_engine.engine.mlflow_tracking import (
 )
 from reid_engine.engine.train_loop import HookBase
 from reid_engine.engine.trainer_base import TrainingStopped
+from reid_engine.integrations.event_writers import JSONWriter
 from reid_engine.reliability.preemption import TrainingPreempted
 from reid_engine.utils.errors import MissingPackageError, ReidUserError
-from reid_engine.utils.events import JSONWriter
 from tests.conftest import records_of
 
 from ._engine_fixtures import TINY_CONFIG, NoOpTrainer, one_torch_thread  # noqa: F401 (a fixture)
