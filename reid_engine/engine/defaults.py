@@ -305,7 +305,7 @@ class DefaultTrainer(TrainerBase):
     @classmethod
     def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module, cfg: Optional[CfgNode] = None) -> CompileGuard:
         """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode;
-        with `cfg`, it keeps and reads the compile record of this recipe (``engine.compile_cost``),
+        with `cfg`, it keeps and reads the compile record of this recipe (``runtime.compile_cost``),
         weighs the compile cost under auto unless MODEL.COMPILE_WEIGH_COST is off, and knows when
         frozen layers are released (SOLVER.FREEZE_ITERS)."""
         mode = plan.compile_mode if is_compiled(model) else "off"  # an overridden build_model may not compile

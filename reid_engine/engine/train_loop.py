@@ -2,7 +2,7 @@
 losses, one loader, one optimizer) and :class:`AMPTrainer` (the same under mixed precision).
 
 The hook contract and the loop itself are ``engine.trainer_base``'s (re-exported here); the
-precision a run uses is the run plan's decision (``config.run_plan.amp_decision``).
+precision a run uses is the run plan's decision (``runtime.run_plan.amp_decision``).
 """
 
 import contextlib
@@ -276,7 +276,7 @@ class AMPTrainer(SimpleTrainer):
     gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used, and with
     precision "auto" only where the CPU computes it natively (AVX512-BF16 or AMX): elsewhere
     autocast would be emulated and much slower than float32, so the steps run in float32
-    (``self.autocast_enabled`` is False) and the log says so (``config.run_plan.amp_decision``)."""
+    (``self.autocast_enabled`` is False) and the log says so (``runtime.run_plan.amp_decision``)."""
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,

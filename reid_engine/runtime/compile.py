@@ -2,11 +2,11 @@
 
 Which mode a run uses (MODEL.COMPILE: torch.compile's ``default``, ``reduce-overhead`` = CUDA
 graphs, ``max-autotune``, ``max-autotune-no-cudagraphs``, plus ``off`` and ``auto``) is the run
-plan's decision (``config.run_plan``; its mode functions are re-exported here); the engine may
+plan's decision (``runtime.run_plan``; its mode functions are re-exported here); the engine may
 still turn an ``auto`` choice back to eager at run time (a compile error, recompilations, a
-compiled step slower than eager), while an explicit mode never falls back. The mode a model
-was compiled with is recorded on it by :func:`compile_model` (``compile_mode``), the one
-place that compiles, and read by ``utils.compiled``.
+compiled step slower than eager), while an explicit mode never falls back. How a model was
+compiled is one record (``runtime.compiled.CompileRecord``; nothing is set on the model), made
+by :func:`compile_model`, the one place that compiles.
 
 A meta architecture that must not run compiled under ``auto`` says why in its class
 attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).

@@ -17,7 +17,7 @@ c. the compiled steady-state step is slower than the eager one: the first
 
 Before anything compiles, ``auto`` also weighs the cost: after its eager steps it compiles
 only when the expected saving over the iterations left exceeds the expected compile time
-(``engine.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
+(``runtime.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
 short run or a fine-tune stays eager; the log line gives the estimate. A run that freezes layers
 first (SOLVER.FREEZE_ITERS) recompiles at their release, so the frozen model's graph only serves
 the frozen iterations: when compiling does not pay over those alone, ``auto`` stays eager until

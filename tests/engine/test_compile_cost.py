@@ -1,4 +1,4 @@
-"""engine.compile_cost and CompileGuard's cost rule: auto compiles only when the saving over the
+"""runtime.compile_cost and CompileGuard's cost rule: auto compiles only when the saving over the
 iterations left exceeds the compile cost; the record of an earlier run is read and written;
 evaluations under auto run eager. CPU, torch.compile with the eager backend."""
 import json

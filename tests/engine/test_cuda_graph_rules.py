@@ -1,10 +1,10 @@
-"""What CUDA graphs ask of the training and evaluation loops (utils/compiled.py), checked on the CPU.
+"""What CUDA graphs ask of the training and evaluation loops (runtime/compiled.py), checked on the CPU.
 
 Under CUDA graphs (MODEL.COMPILE reduce-overhead or max-autotune on a GPU) a compiled graph
 replays into the same output memory at every call, and each step starts with
 ``torch.compiler.cudagraph_mark_step_begin()``. :class:`ReplayingBackend` gives a compiled CPU
 model the same output lifetimes, and the model is declared CUDA-graphed (compile mode
-reduce-overhead, the CPU added to ``utils.compiled.CUDA_GRAPH_DEVICES``), so the trainer, the
+reduce-overhead, the CPU added to ``runtime.compiled.CUDA_GRAPH_DEVICES``), so the trainer, the
 CompileGuard and the evaluator take their real CUDA-graph branches. Each test here fails if a
 caller keeps a model output without copying it, or calls the model without marking the step.
 

@@ -1,4 +1,4 @@
-"""engine.loader_faults.loader_worker_error: a worker killed by a signal is named with its signal
+"""reliability.loader_faults.loader_worker_error: a worker killed by a signal is named with its signal
 whichever of torch's two checks notices the death first (its SIGCHLD handler, or its liveness
 check while waiting for a batch, which reaps the worker before the handler can tell the signal)."""
 import os

@@ -54,7 +54,7 @@ def test_only_the_cuda_graph_modes_on_a_cuda_graph_device_replay(cpu_replays):
         assert uses_cuda_graphs(_model(mode))
         assert uses_cuda_graphs(nn.DataParallel(_model(mode)))  # read through the wrapper
     model = _model("reduce-overhead")
-    model._compiled_call_impl = None  # turned back to eager (modeling.compile.uncompile_model)
+    model._compiled_call_impl = None  # turned back to eager (runtime.compile.uncompile_model)
     assert not is_compiled(model) and not uses_cuda_graphs(model)
 
 

@@ -139,7 +139,7 @@ class Preemption(HookBase):
     signal handlers are installed in ``before_train`` and put back in ``after_train``.
 
     Work that may last minutes (a compiling step, an evaluation) runs in interruptible
-    regions (``engine.preemption.interruptible``): a signal there ends it at once, its owner
+    regions (``reliability.preemption.interruptible``): a signal there ends it at once, its owner
     puts back the state of the last finished iteration and this hook saves that iteration's
     checkpoint (:meth:`_stop_interrupted`: named as above, ``model_final`` for the last
     iteration, ``model_start`` for the state before a new run's first step) without any

@@ -40,7 +40,7 @@ class ReidModelBase(nn.Module):
         pixel_mean, pixel_std: per-channel statistics of 0..255 images.
     """
 
-    #: why MODEL.COMPILE auto keeps this architecture eager (None: it compiles); see modeling/compile.py
+    #: why MODEL.COMPILE auto keeps this architecture eager (None: it compiles); see runtime/compile.py
     EAGER_ONLY_REASON = None
 
     def __init__(self, pixel_mean: Sequence[float], pixel_std: Sequence[float]):

@@ -31,7 +31,7 @@ and features (B, D) in eval mode.
 def check_model_config(cfg) -> None:
     """Check every enumerated MODEL value of the architecture (backbone, head, losses), building nothing.
 
-    The layout and compile keys are the run plan's (``config.run_plan.check_plan_config``).
+    The layout and compile keys are the run plan's (``runtime.run_plan.check_plan_config``).
 
     Args:
         cfg: the config tree.
