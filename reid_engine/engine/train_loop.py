@@ -20,9 +20,9 @@ from ..utils import comm
 from ..utils.env import get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
 from ..utils.events import get_event_storage
-from .trainer_base import HookBase, TrainerBase
+from .trainer_base import HookBase, StepWrapper, TrainerBase
 
-__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",
+__all__ = ["HookBase", "StepWrapper", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",
            "AMP_DTYPE_NAMES", "resolve_amp_dtype"]
 
 logger = logging.getLogger(__name__)
