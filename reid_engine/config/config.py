@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 import yaml
 from fvcore.common.config import CfgNode as _FvcoreCfgNode
 
-from ..utils.errors import ConfigError  # defined below config: the layers under it raise it too
+from ..utils.errors import ConfigError  # defined in utils: runtime and reliability, beside config, raise it too
 from .on_off_keys import ON_OFF_KEYS
 
 BASE_KEY = "_BASE_"
