@@ -237,12 +237,14 @@ _C.DATALOADER.ON_BAD_IMAGE = "error"
 # apply the random ops: "auto" caches when the training pipeline starts with a resize to
 # INPUT.SIZE_TRAIN and the caches of this machine's processes fit in a quarter of its available
 # memory (Market-1501 at 256x128: 1.3 GB); "on" always caches; "off" decodes every sample.
-# Samples are the same bytes either way.
+# Samples are the same bytes either way. YAML true / false mean on / off.
 _C.DATALOADER.CACHE_IMAGES = "auto"
 # (ours) Seconds the training loop waits for a batch before it ends the run with one line naming
 # the stuck loader worker, the index and path it is reading and the file with the stacks of its
 # threads (a stalled network file system, a deadlocked decoder). 0 = automatic: 10 x the slowest
-# batch a worker took so far, at least 60 s. Only with DATALOADER.NUM_WORKERS > 0.
+# batch a worker took so far, at least 60 s. The same limit bounds every other read of the run:
+# one image read by the image cache's fill, and a batch (with workers) or one image read (without)
+# of the evaluation and feature-extraction loaders (label-free hook, reid-extract).
 _C.DATALOADER.HANG_TIMEOUT = 0.0
 
 # ---------------------------------------------------------------------------- #

@@ -11,13 +11,13 @@ from ..config.value_checks import check_checkpoint_config, check_pseudo_values
 from ..data.build import check_data_config
 from ..data.pseudo_labels import check_pseudo_loader_config
 from ..evaluation.distance import check_metric
+from ..integrations.mlflow import check_mlflow_config
 from ..modeling.meta_arch.build import check_model_config
 from ..modeling.meta_arch.cluster_contrast import check_label_free_architecture
 from ..runtime.run_plan import check_plan_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
 from ..utils.file_io import check_writable_dir
-from .mlflow_tracking import check_mlflow_config
 
 __all__ = ["check_config_values"]
 

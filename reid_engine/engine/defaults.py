@@ -5,6 +5,7 @@ classmethods are the override points for research code.
 """
 import logging
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -22,8 +23,10 @@ from ..evaluation import (
     log_result_checks,
     print_csv_format,
 )
-from ..inference.rank_vis import write_rank_vis
+from ..inference.rank_vis import RANK_VIS_FILE, write_rank_vis
+from ..integrations.mlflow import MLflowWriter
 from ..modeling import build_model
+from ..reliability.preemption import TrainingPreempted, requested_signal
 from ..runtime import compile_cost
 from ..runtime.compiled import is_compiled
 from ..runtime.run_plan import RunPlan, build_run_plan, freezes_layers
@@ -36,9 +39,9 @@ from . import hooks, scaling
 from .ddp import create_ddp_model, model_device
 from .hooks import CompileGuard
 from .hooks.pseudo_labels import PseudoLabeler
-from .mlflow_tracking import MLflowWriter
 from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
+from .trainer_base import TrainingStopped
 
 __all__ = [
     "default_setup",
@@ -48,6 +51,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MLFLOW_ARTIFACTS = ("config.yaml", "metrics.json", RANK_VIS_FILE, "log.txt")  # a run's files in its MLflow run
+
+
+def stopped_on_purpose() -> bool:
+    """Whether the training now ending was stopped on purpose (a stop signal, a pruned trial), not by a failure."""
+    return isinstance(sys.exc_info()[1], (TrainingPreempted, TrainingStopped)) or bool(requested_signal())
 
 #: iterations between log lines / metric writes, and between loss fetches from the device
 LOG_PERIOD = 20
@@ -292,7 +302,8 @@ class DefaultTrainer(TrainerBase):
         writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
         if self.cfg.MLFLOW.ENABLED and comm.is_main_process():
             trainer = weakref.proxy(self)  # the writer asks at its first write whether this run resumed
-            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0))
+            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0,
+                                        stopped_on_purpose=stopped_on_purpose, artifacts=MLFLOW_ARTIFACTS))
         return writers
 
     # ------------------------------------------------------------------ builders

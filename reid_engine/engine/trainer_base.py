@@ -79,18 +79,12 @@ class HookBase:
 
 
 class StepWrapper(Protocol):
-    """Machinery composed around the loop from outside it (``reliability``, ``runtime``), called at
-    three fixed points of :meth:`TrainerBase.train` and known by nothing else in the loop:
-
-    - ``watch(trainer)`` when training starts, before the hooks' ``before_train``; the function it
-      returns is called when training has ended, after their ``after_train``;
-    - ``run_step(trainer, step)`` runs ``step`` (the trainer's ``run_step``) once per iteration, or
-      again (wrappers nest, the first of ``trainer.step_wrappers`` outermost);
-    - ``failure(trainer, exc)``: the user error an exception that ends training stands for (raised
-      from it and logged as one line), or None.
-
-    The default wrappers are ``reliability.step_guards``': dead and stopped loader workers, and steps
-    that may be long made interruptible by stop signals.
+    """Machinery composed around the loop from outside it, called at three fixed points of
+    :meth:`TrainerBase.train`: ``watch(trainer)`` before the hooks' ``before_train`` (what it returns
+    is called after their ``after_train``); ``run_step(trainer, step)`` runs ``step`` (``run_step``)
+    each iteration, the first of ``trainer.step_wrappers`` outermost; ``failure(trainer, exc)``: the
+    user error an exception that ends training stands for, or None. The defaults are
+    ``reliability.step_guards``' (dead and stopped loader workers; interruptible long steps).
     """
 
     def watch(self, trainer: "TrainerBase") -> Callable[[], None]: ...

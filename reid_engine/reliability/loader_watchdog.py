@@ -28,17 +28,14 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch.utils.data
 
-from reid_engine.utils.errors import ConfigError, ReidUserError
+from reid_engine.reliability.read_deadline import HANG_TIMEOUT_FACTOR, HANG_TIMEOUT_FLOOR, ReadHangError, hang_limit, hang_setting
+from reid_engine.utils.errors import ConfigError
 
 __all__ = ["LoaderHangError", "LoaderWatchdog", "install_in_worker", "check_hang_timeout",
            "HANG_TIMEOUT_FLOOR", "HANG_TIMEOUT_FACTOR"]
 
 logger = logging.getLogger(__name__)
 
-#: the automatic hang timeout: this many times the slowest batch a worker took so far, and at least
-#: the floor (worker start-up, a first read of a cold file system)
-HANG_TIMEOUT_FACTOR = 10.0
-HANG_TIMEOUT_FLOOR = 60.0
 #: the longest single wait for a batch: torch's own interval between checks for dead workers
 _POLL_S = 5.0
 #: the seconds allowed for the workers' stack files to be written once asked
@@ -53,10 +50,12 @@ _BOARD_ATTR = "_loader_watchdog_board"
 _PID, _INDEX, _SINCE, _SLOWEST = range(4)
 _ROW = 4
 _stack_file = None  # the worker's open stack file (faulthandler writes to its descriptor)
+_RESUME_FIX = ("find what blocks the read (a stalled network file system, a deadlocked image decoder) or raise "
+               "DATALOADER.HANG_TIMEOUT, then resume with --resume (the checkpoints on disk are intact)")
 
 
-class LoaderHangError(ReidUserError, RuntimeError):
-    """No training batch came within the hang timeout: a loader worker is stuck.
+class LoaderHangError(ReadHangError):
+    """No batch came within the hang timeout: a loader worker is stuck.
 
     Attributes:
         worker_id: the stuck worker (None when no worker was reading).
@@ -66,8 +65,8 @@ class LoaderHangError(ReidUserError, RuntimeError):
 
     def __init__(self, message: str, worker_id: Optional[int] = None, index: Optional[int] = None,
                  stack_files: Tuple[str, ...] = ()):
-        super().__init__(message)
-        self.worker_id, self.index, self.stack_files = worker_id, index, stack_files
+        super().__init__(message, stack_files=stack_files)
+        self.worker_id, self.index = worker_id, index
 
 
 def check_hang_timeout(value: Any) -> float:
@@ -152,10 +151,13 @@ class LoaderWatchdog:
         dataset: the training dataset (the board is attached to it as an attribute).
         num_workers: the loader's worker processes (0: nothing to watch).
         timeout: DATALOADER.HANG_TIMEOUT in seconds, 0 = automatic.
+        what: what the loader yields, in the error ("training batch").
+        fix: the error's last part, what to do (default: find the cause, then resume).
     """
 
-    def __init__(self, dataset, num_workers: int, timeout: float = 0.0):
-        self.dataset = dataset
+    def __init__(self, dataset, num_workers: int, timeout: float = 0.0, what: str = "training batch",
+                 fix: str = ""):
+        self.dataset, self.what, self.fix = dataset, what, fix or _RESUME_FIX
         self.timeout = check_hang_timeout(timeout)
         self.board: Optional[_Board] = None
         if num_workers > 0:
@@ -172,7 +174,7 @@ class LoaderWatchdog:
             return self.timeout
         board = self.board
         slowest = max((board.get(w, _SLOWEST) for w in range(board.num_workers)), default=0.0) if board else 0.0
-        return max(HANG_TIMEOUT_FLOOR, HANG_TIMEOUT_FACTOR * slowest)
+        return hang_limit(self.timeout, slowest)
 
     def next_batch(self, iterator: Iterator) -> Any:
         """``next(iterator)``, but a wait longer than :meth:`limit` raises :class:`LoaderHangError`.
@@ -212,12 +214,8 @@ class LoaderWatchdog:
         for worker_id, (path, text) in stacks.items():
             logger.error("Stacks of the threads of data-loader worker %d (pid %d), also in %s:\n%s",
                          worker_id, pids[worker_id], path, text.rstrip() or "(not written)")
-        setting = (f"DATALOADER.HANG_TIMEOUT {self.timeout:g} s" if self.timeout else
-                   f"DATALOADER.HANG_TIMEOUT auto = {limit:.0f} s: {HANG_TIMEOUT_FACTOR:g} x the slowest batch, "
-                   f"at least {HANG_TIMEOUT_FLOOR:g} s")
-        head = f"no training batch came for {waited:.1f} s ({setting})"
-        fix = ("find what blocks the read (a stalled network file system, a deadlocked image decoder) or raise "
-               "DATALOADER.HANG_TIMEOUT, then resume with --resume (the checkpoints on disk are intact)")
+        head = f"no {self.what} came for {waited:.1f} s ({hang_setting(self.timeout, limit)})"
+        fix = self.fix
         files = tuple(path for path, _ in stacks.values())
         if not pids:  # nothing to ask for stacks: slow imports (spawned workers) or a stuck worker_init
             return LoaderHangError(f"{head}: no data-loader worker has started yet: raise DATALOADER.HANG_TIMEOUT "

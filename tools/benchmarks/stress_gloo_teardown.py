@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from harness import Stopwatch  # noqa: E402
 
 from reid_engine.reliability import rendezvous  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
@@ -202,9 +203,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="stress_gloo_teardown_") as log_root:
         for mode in modes:
-            start = time.time()
-            results[mode] = stress(mode, args.runs, args.parallel, args.starve, args.run_timeout, log_root)
-            results[mode]["seconds"] = round(time.time() - start)
+            with Stopwatch() as watch:
+                results[mode] = stress(mode, args.runs, args.parallel, args.starve, args.run_timeout, log_root)
+            results[mode]["seconds"] = round(watch.wall)
     for mode, c in results.items():
         print(f"{mode}: runs {c['runs']}, aborts {c['aborts']} ({100 * c['aborts'] / max(c['runs'], 1):.1f} %), "
               f"other failures {c['failed']}, {c['seconds']} s ({'starved' if args.starve else 'plain'} scheduling)")
