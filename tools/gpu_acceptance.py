@@ -116,7 +116,7 @@ from families import BOT, FAMILIES, Family  # noqa: E402  (the table bench_compi
 
 try:
     from reid_engine.config import get_cfg, load_yaml_with_bases
-    from reid_engine.utils.cpu_budget import usable_cpus
+    from reid_engine.runtime.cpu_budget import usable_cpus
     from reid_engine.utils.file_io import atomic_open, atomic_write, atomic_write_text
 except ImportError as e:  # main() then runs the env part alone: its facts say why the package does not import
     PACKAGE_ERROR: Optional[ImportError] = e
@@ -165,7 +165,7 @@ if torch.cuda.is_available():
     facts.update(gpu=p.name, capability=f"{p.major}.{p.minor}", memory_gb=round(p.total_memory / 2**30, 1),
                  gpus=torch.cuda.device_count(), bf16=torch.cuda.is_bf16_supported())
 try:
-    from reid_engine.modeling.compile import inductor_cache_dir
+    from reid_engine.runtime.compile import inductor_cache_dir
     cache = inductor_cache_dir()
     facts["reid_engine"] = "ok"
     facts["inductor_cache_files"] = sum(len(f) for _, _, f in os.walk(cache))

@@ -23,7 +23,6 @@ import logging
 from typing import List, Optional
 
 from ..config import CfgNode
-from ..config.run_plan import build_run_plan
 from ..engine.launch import launch
 from ..inference import (
     BACKENDS,
@@ -38,6 +37,7 @@ from ..inference import (
     resolve_backend,
     save_features,
 )
+from ..runtime.run_plan import build_run_plan
 from ..utils import comm
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger

@@ -29,13 +29,13 @@ import time
 from typing import Callable, List, Optional
 
 from ..config import CfgNode, ConfigError
-from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
-from ..engine.preemption import TrainingPreempted
 from ..inference import contract_config, inference_config, load_exported_model, resolve_backend
 from ..integrations.mlflow import log_run_summary
+from ..reliability.preemption import TrainingPreempted
+from ..runtime.run_plan import build_run_plan
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from .args import add_run_mode_arguments

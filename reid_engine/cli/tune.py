@@ -35,9 +35,9 @@ import shutil
 from typing import List, Optional
 
 from ..config import CfgNode
-from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launched_by_torchelastic
+from ..runtime.run_plan import build_run_plan
 from ..tune.results import BEST_CONFIG_FILE, PLOT_FILES, SUMMARY_FILE, write_summary
 from ..tune.space import base_params, check_search_space, load_search_space
 from ..tune.study import default_storage_url, open_storage, open_study, require_optuna, work_on_study

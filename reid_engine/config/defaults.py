@@ -25,7 +25,7 @@ _C.MODEL.CHANNELS_LAST = "auto"
 # (ours) torch.compile mode, the model compiled in place (checkpoint keys unchanged): off, default,
 # reduce-overhead (CUDA graphs), max-autotune, max-autotune-no-cudagraphs, or auto (reduce-overhead
 # for CUDA training unless the architecture is eager-only; eager on the CPU). True / False (older
-# files) mean default / off. See reid_engine/modeling/compile.py.
+# files) mean default / off. See reid_engine/runtime/compile.py.
 _C.MODEL.COMPILE = "auto"
 # (ours) torch.compile backend: inductor, or a cheaper one for debugging (aot_eager, eager).
 _C.MODEL.COMPILE_BACKEND = "inductor"
@@ -35,7 +35,7 @@ _C.MODEL.COMPILE_BACKEND = "inductor"
 _C.MODEL.COMPILE_SCOPE = "auto"
 # (ours) under MODEL.COMPILE auto, compile only when the expected saving over the iterations left
 # exceeds the expected compile time (a short run or a fine-tune stays eager); False: compile whenever
-# auto may (its fallbacks still apply). See reid_engine/engine/compile_cost.py.
+# auto may (its fallbacks still apply). See reid_engine/runtime/compile_cost.py.
 _C.MODEL.COMPILE_WEIGH_COST = True
 # Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
 _C.MODEL.WEIGHTS = ""

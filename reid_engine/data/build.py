@@ -20,17 +20,17 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from reid_engine.config import ConfigError
-from reid_engine.config.run_plan import loader_workers
 from reid_engine.reliability.read_deadline import ReadDeadline, iterate_with_deadline
+from reid_engine.runtime.run_plan import loader_workers
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
+from ..reliability.loader_watchdog import LoaderWatchdog, check_hang_timeout, install_in_worker
 from .collate import TrainCollator, collate_samples
 from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .image_cache import CACHE_CHOICES, build_image_cache
-from .loader_watchdog import LoaderWatchdog, check_hang_timeout, install_in_worker
 from .prefetcher import DevicePrefetcher
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
@@ -117,7 +117,7 @@ class TrainLoader:
         num_workers: loader worker processes (0 = decode in the main process, in a daemon thread one
             batch ahead under the read deadline).
         hang_timeout: seconds without a batch before a hung worker ends the run, or that one read may
-            take without workers (0 = automatic; DATALOADER.HANG_TIMEOUT, see data.loader_watchdog).
+            take without workers (0 = automatic; DATALOADER.HANG_TIMEOUT, see reliability.loader_watchdog).
     """
 
     def __init__(self, dataset: TrainImageSet, sampler: InfiniteSampler, batch_size: int,

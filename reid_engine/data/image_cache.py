@@ -25,8 +25,8 @@ from reid_engine.reliability.read_deadline import ReadDeadline, map_with_deadlin
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
+from ..reliability.loader_watchdog import check_hang_timeout
 from .common import ImageReadError, decode_scale, read_image
-from .loader_watchdog import check_hang_timeout
 
 __all__ = ["ImageCache", "build_image_cache", "CACHE_CHOICES", "available_memory"]
 

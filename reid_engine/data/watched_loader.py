@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from reid_engine.reliability.read_deadline import HANG_FIX, ReadDeadline, iterate_with_deadline
 
-from .loader_watchdog import LoaderWatchdog, check_hang_timeout
+from ..reliability.loader_watchdog import LoaderWatchdog, check_hang_timeout
 
 __all__ = ["WatchedDataLoader", "shutdown_workers"]
 

@@ -256,7 +256,7 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
     queues its retry and goes on up; any other exception ends it FAIL and goes on up.
     `storage` is :func:`open_storage` of `storage_url`."""
     optuna = require_optuna()
-    from ..engine.preemption import TrainingPreempted  # only an exception needs the engine
+    from ..reliability.preemption import TrainingPreempted  # only an exception needs the engine
 
     state = optuna.trial.TrialState
     lock = SqliteLock(storage_url)

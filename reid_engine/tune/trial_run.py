@@ -20,7 +20,7 @@ from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer
 from ..engine.hooks import EvalHook
 from ..engine.launch import launch
-from ..engine.preemption import TrainingPreempted, signal_name
+from ..reliability.preemption import TrainingPreempted, signal_name
 from ..utils import comm
 from ..utils.errors import ReidUserError, user_error_of_traceback
 from ..utils.file_io import atomic_write_text

@@ -14,7 +14,7 @@ import pytest
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_reid_test_loader, build_reid_train_loader
-from reid_engine.data.loader_watchdog import LoaderHangError
+from reid_engine.reliability.loader_watchdog import LoaderHangError
 from reid_engine.reliability.read_deadline import ReadHangError
 from tests.inference.conftest import tiny_checkpoint, tiny_config_file  # noqa: F401  (reid-extract's model)
 

@@ -15,10 +15,10 @@ from reid_engine.config import ConfigError, get_cfg
 from reid_engine.engine.config_checks import check_config_values
 from reid_engine.engine.defaults import stopped_on_purpose
 from reid_engine.engine.hooks import PeriodicWriter
-from reid_engine.engine.preemption import TrainingPreempted
 from reid_engine.engine.train_loop import HookBase
 from reid_engine.engine.trainer_base import TrainingStopped
 from reid_engine.integrations import mlflow as mlflow_integration
+from reid_engine.integrations.event_writers import JSONWriter
 from reid_engine.integrations.mlflow import (
     RUN_RECORD_FILE,
     MLflowWriter,
@@ -28,8 +28,8 @@ from reid_engine.integrations.mlflow import (
     resolve_tracking_uri,
     start_parent_run,
 )
+from reid_engine.reliability.preemption import TrainingPreempted
 from reid_engine.utils.errors import MissingPackageError, ReidUserError
-from reid_engine.utils.events import JSONWriter
 from tests.conftest import records_of
 from tests.engine._engine_fixtures import TINY_CONFIG, NoOpTrainer, one_torch_thread  # noqa: F401 (a fixture)
 

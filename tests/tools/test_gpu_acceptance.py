@@ -279,7 +279,7 @@ def test_compile_summary_is_the_last_line_and_may_be_absent(acceptance):
     first = {"mode": "reduce-overhead", "decision": "compiled", "reason": "", "compile_s": 50.0, "eager_step_s": 0.2,
              "compiled_step_s": 0.1, "recompiles": 0, "estimate": None}
     last = dict(first, decision="fell back", reason="the compiled step is slower", recompiles=2)
-    text = (f"[11/27 10:00:00 reid_engine.engine.compile_guard]: Compile summary: {json.dumps(first)}\n"
+    text = (f"[11/27 10:00:00 reid_engine.runtime.compile_guard]: Compile summary: {json.dumps(first)}\n"
             f"iter: 19  total_loss: 3.2\n[11/27 10:00:09 x]: Compile summary: {json.dumps(last)}\nlater line\n")
     assert parse(text) == last
     assert parse("no summary here\n") is None and parse("Compile summary: {not json\n") is None

@@ -15,7 +15,7 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from reid_engine.engine.preemption import TrainingPreempted  # noqa: E402
+from reid_engine.reliability.preemption import TrainingPreempted  # noqa: E402
 from reid_engine.tune import study as tune_study  # noqa: E402
 from reid_engine.tune.space import Objective, SearchSpace, suggest_overrides  # noqa: E402
 from reid_engine.tune.study import (  # noqa: E402

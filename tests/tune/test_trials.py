@@ -25,8 +25,8 @@ from optuna.trial import TrialState  # noqa: E402
 from reid_engine.cli import train as train_cli  # noqa: E402
 from reid_engine.cli import tune as tune_cli  # noqa: E402
 from reid_engine.engine import hooks  # noqa: E402
-from reid_engine.engine.preemption import TrainingPreempted  # noqa: E402
 from reid_engine.engine.trainer_base import TrainingStopped  # noqa: E402
+from reid_engine.reliability.preemption import TrainingPreempted  # noqa: E402
 from reid_engine.tune import study as tune_study  # noqa: E402
 from reid_engine.tune import trial_run  # noqa: E402
 from reid_engine.tune.reporting import TrialReporter, resolve_metric  # noqa: E402

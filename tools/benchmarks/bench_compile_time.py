@@ -48,7 +48,7 @@ from harness import timed
 torch.set_num_threads(int(sys.argv[6]))
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
-from reid_engine.config.run_plan import build_run_plan
+from reid_engine.runtime.run_plan import build_run_plan
 config, scope, batch, steps, overrides = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
 cfg = get_cfg()
 cfg.merge_from_file(config)

@@ -37,8 +37,9 @@ from torch import nn
 
 from reid_engine.config import get_cfg
 from reid_engine.engine import HookBase, SimpleTrainer, hooks
+from reid_engine.integrations.event_writers import JSONWriter, TensorboardXWriter
 from reid_engine.utils.checkpoint import Checkpointer
-from reid_engine.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+from reid_engine.utils.events import CommonMetricPrinter
 from reid_engine.utils.logger import setup_logger
 
 TARGET_PERCENT = 2.0

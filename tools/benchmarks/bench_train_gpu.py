@@ -42,9 +42,9 @@ from reid_engine.config import get_cfg
 from reid_engine.data import build_reid_train_loader
 from reid_engine.engine import DefaultTrainer
 from reid_engine.engine.train_loop import resolve_amp_dtype
-from reid_engine.modeling.compile import normalize_compile_mode
+from reid_engine.runtime.compile import normalize_compile_mode
+from reid_engine.runtime.compiled import mark_step_begin
 from reid_engine.solver import build_optimizer
-from reid_engine.utils.compiled import mark_step_begin
 from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

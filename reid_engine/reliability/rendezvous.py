@@ -1,16 +1,21 @@
-"""Joining a job: the rendezvous address, and a bounded join of torch.distributed.
+"""Joining a job: the rendezvous address, and a bounded join of torch.distributed; and leaving it
+(:func:`end_worker`: a finished worker ends with status 0, never by a signal at exit).
 
 With a ``tcp://`` URL every worker checks in under its rank in the rendezvous store before
 the process group is built, so a wrong or unreachable address, or a machine that never
 starts, ends in one :class:`RendezvousError` line that names the address and the ranks that
 did not join (bounded by ``--dist-timeout``).
 """
+import atexit
+import contextlib
 import logging
 import os
 import socket
+import sys
+import threading
 import time
 from datetime import timedelta
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 from urllib.parse import urlparse
 
 import torch.distributed as dist
@@ -18,7 +23,7 @@ import torch.distributed as dist
 from reid_engine.utils.errors import ReidUserError
 
 __all__ = ["RendezvousError", "default_dist_url", "find_free_port", "check_default_port_free", "rendezvous",
-           "join_process_group"]
+           "join_process_group", "end_worker"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,3 +155,30 @@ def join_process_group(backend: str, dist_url: str, world_size: int, rank: int, 
     except Exception:
         logger.error("Worker %d could not join the process group at %s", rank, dist_url)
         raise
+
+
+def end_worker() -> NoReturn:
+    """End a spawned worker that finished its work and tore down: status 0, no interpreter finalization.
+
+    ``destroy_process_group`` stops gloo's threads only when nothing else refers to the group,
+    and a DDP model does (so does any group user code keeps). The threads then live into
+    interpreter finalization, where one that is still releasing a finished collective (a
+    barrier keeps the collectives before it) drops the last reference to a tensor that owns
+    a Python object, must take the GIL, and is ended by Python with pthread_exit inside a
+    C++ destructor: std::terminate ("terminate called without an active exception"),
+    SIGABRT. tools/benchmarks/stress_gloo_teardown.py counts these aborts.
+
+    So the worker does here what a normal exit does while the interpreter is whole (join its
+    non-daemon threads, run the atexit handlers: logging.shutdown, the log files,
+    multiprocessing's finalizers; flush stdout and stderr), then ``os._exit(0)`` ends the
+    threads that remain with the process.
+    """
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed or broken stream must not turn success into failure
+            stream.flush()
+    os._exit(0)

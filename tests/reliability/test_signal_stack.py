@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from reid_engine.utils.signal_stack import _StackT, current_signal_stack, preserved_signal_stack
+from reid_engine.reliability.signal_stack import _StackT, current_signal_stack, preserved_signal_stack
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sigaltstack is read through Linux's libc")
 

@@ -17,7 +17,7 @@ c. the compiled steady-state step is slower than the eager one: the first
 
 Before anything compiles, ``auto`` also weighs the cost: after its eager steps it compiles
 only when the expected saving over the iterations left exceeds the expected compile time
-(``engine.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
+(``runtime.compile_cost``: an earlier run's record of the same recipe, else defaults), so a
 short run or a fine-tune stays eager; the log line gives the estimate. A run that freezes layers
 first (SOLVER.FREEZE_ITERS) recompiles at their release, so the frozen model's graph only serves
 the frozen iterations: when compiling does not pay over those alone, ``auto`` stays eager until
@@ -44,12 +44,11 @@ from typing import Callable, List, Optional
 import torch
 from torch import nn
 
-from ..modeling.compile import eager_calls, uncompile_model
 from ..utils import comm
-from ..utils.compiled import is_compiled, mark_step_begin
-from ..utils.errors import ReidUserError
+from ..utils.errors import ReidUserError, first_line
 from . import compile_cost
-from .train_loop import HookBase
+from .compile import eager_calls, uncompile_model
+from .compiled import compile_count, is_compiled, mark_step_begin
 
 __all__ = ["CompileGuard", "CompileFailedError", "RECOMPILE_CAP", "EAGER_STEPS", "COMPILE_WARMUP_STEPS",
            "TIMED_STEPS", "is_compile_error"]
@@ -99,7 +98,7 @@ def is_compile_error(exc: BaseException) -> bool:
     return any(part in where for part in _COMPILER_DIRS) or where.startswith(cache)
 
 
-def _one_line(exc: BaseException, limit: int = 240) -> str:
+def _compile_error_text(exc: BaseException, limit: int = 240) -> str:
     """``Type: [InnerType: ]first line of the innermost cause``, shortened to `limit` characters
     (torch wraps a backend's error, e.g. BackendCompilerFailed around InductorError)."""
     inner = exc
@@ -108,8 +107,7 @@ def _one_line(exc: BaseException, limit: int = 240) -> str:
         if not isinstance(cause, BaseException) or cause is inner:
             break
         inner = cause
-    lines = [line.strip() for line in str(inner).splitlines() if line.strip()]
-    text = f"{type(inner).__name__}: {lines[0]}" if lines else type(inner).__name__
+    text = f"{type(inner).__name__}: {first_line(inner)}" if str(inner).strip() else type(inner).__name__
     if inner is not exc:
         text = f"{type(exc).__name__}: {text}"
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -122,11 +120,13 @@ def _guard_name(reason: str) -> str:
     return first.split(": ", 1)[1].strip() if ": " in first[:12] else first
 
 
-class CompileGuard(HookBase):
+class CompileGuard:
     """Runs the steps of a compiled model and decides whether it stays compiled (see the module doc).
 
-    Register it with the trainer's hooks (its state is checkpointed) and set it as
-    ``SimpleTrainer.compile_guard``. A model that is not compiled passes straight through.
+    The loop knows it as a hook (``engine.hooks.CompileGuard``: its state is checkpointed, its
+    summary logged after training, ``trainer`` is the trainer) and as ``SimpleTrainer.compile_guard``,
+    which runs each step on a fetched batch through :meth:`run_step`. A model that is not compiled
+    passes straight through.
 
     A comparison (auto: eager steps, then compiled steps) runs at the start of each process
     and again after a recompilation that follows a decision (a new graph, e.g. when
@@ -138,7 +138,10 @@ class CompileGuard(HookBase):
         reason: why (empty while it stays compiled).
         compile_seconds: the estimated time of the last compilation (None until measured).
         waited_for_release: the iteration of the release auto waited for to compile (None: no wait).
+        trainer: the trainer whose steps it runs (its ``iter``, ``max_iter``, ``warmup_step``); None alone.
     """
+
+    trainer = None
 
     def __init__(self, model: nn.Module, mode: str, explicit: bool, recompile_cap: int = RECOMPILE_CAP,
                  timer: Callable[[], float] = time.perf_counter, recipe: str = "", weigh_cost: bool = True,
@@ -183,6 +186,7 @@ class CompileGuard(HookBase):
         self._eager_step: Optional[float] = None  # median eager step of the last comparison
         self._compiled_step: Optional[float] = None
         self._logged_summary = ""  # the last summary line logged (the same one is not repeated)
+        self._compiles_at_step: Optional[int] = None  # torch.compile's count at the last compiled step's start
 
     @property
     def _eager_steps(self) -> int:
@@ -216,6 +220,22 @@ class CompileGuard(HookBase):
     def active(self) -> bool:
         """Whether the model's calls run compiled now."""
         return not self.fell_back and is_compiled(self.model)
+
+    def step_may_be_long(self) -> bool:
+        """Whether the coming step may last long enough to be worth interrupting (and undoing).
+
+        Compilation and graph capture happen in a compiled model's steps: while the guard warms up
+        (the first compiled steps: compilation, CUDA graphs' warm-up and recording), in the first
+        compiled step of a process, and in the step after one in which torch.compile compiled (a
+        recompilation; CUDA graphs record in the call after a compilation; an evaluation may have
+        compiled too). A recompilation that comes unannounced in steady training (a guard failing)
+        is not covered: a stop waits for that step, as for every eager step. Call it once per step.
+        """
+        if not self.active:
+            return False
+        compiles, last = compile_count(), self._compiles_at_step
+        self._compiles_at_step = compiles
+        return self.warming_up or last is None or compiles != last
 
     def run_step(self, step: Callable[[], None]) -> None:
         """Run one training step (forward, backward, optimizer step on a fetched batch).
@@ -313,7 +333,7 @@ class CompileGuard(HookBase):
 
     def _compile_failed(self, exc: Exception, where: str) -> None:
         """Rule (a): fall back under auto, fail in one line under an explicit mode."""
-        cause = f"torch.compile failed {where}: {_one_line(exc)}"
+        cause = f"torch.compile failed {where}: {_compile_error_text(exc)}"
         if self.explicit:
             raise CompileFailedError(f"MODEL.COMPILE {self.mode}: {cause} (set MODEL.COMPILE off to train eager, "
                                      "or auto to fall back to eager by itself)") from exc
@@ -432,6 +452,7 @@ class CompileGuard(HookBase):
             logger.info("Compile summary: %s", text)
 
     def after_train(self):
+        """Log the summary line of a compiled run once training ends."""
         if self.mode != "off":
             self._log_summary()
 

@@ -1,5 +1,5 @@
 """The CPUs a process may use: affinity and cgroup quota (v2 and v1 files)."""
-from reid_engine.utils.cpu_budget import affinity_cpus, cgroup_cpu_limit, usable_cpus
+from reid_engine.runtime.cpu_budget import affinity_cpus, cgroup_cpu_limit, usable_cpus
 
 
 def _cgroup(tmp_path, membership):

@@ -4,9 +4,9 @@ import os
 from typing import Optional
 
 from ..config import CfgNode
-from ..inference.items import load_dataset
-from ..inference.rank_lists import draw_rank_sheet
 from ..utils.errors import MissingPackageError, require_module
+from .items import load_dataset
+from .rank_lists import draw_rank_sheet
 
 __all__ = ["RANK_VIS_FILE", "write_rank_vis"]
 

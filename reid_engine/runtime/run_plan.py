@@ -8,7 +8,7 @@ Model building, the trainer, the compile guard, inference and export read the pl
 them reads these config keys itself. :func:`build_run_plan` memoises the plan per config and
 purpose, so each process decides (and logs its table) once.
 
-The decision rules are plain functions in ``config.plan_rules`` (re-exported here:
+The decision rules are plain functions in ``runtime.plan_rules`` (re-exported here:
 :func:`compile_decision`, :func:`use_channels_last`, :func:`amp_decision`,
 :func:`device_augment_decision`, :func:`loader_workers`); the plan only applies them to one config.
 """

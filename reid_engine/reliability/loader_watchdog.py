@@ -28,8 +28,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch.utils.data
 
-from reid_engine.config import ConfigError
 from reid_engine.reliability.read_deadline import HANG_TIMEOUT_FACTOR, HANG_TIMEOUT_FLOOR, ReadHangError, hang_limit, hang_setting
+from reid_engine.utils.errors import ConfigError
 
 __all__ = ["LoaderHangError", "LoaderWatchdog", "install_in_worker", "check_hang_timeout",
            "HANG_TIMEOUT_FLOOR", "HANG_TIMEOUT_FACTOR"]

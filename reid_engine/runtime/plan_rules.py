@@ -1,6 +1,6 @@
 """The decision rules of the run plan, as plain functions of config values and the machine.
 
-``config.run_plan`` applies them to one config, once per process; these functions are the one
+``runtime.run_plan`` applies them to one config, once per process; these functions are the one
 place each rule lives (the compile mode and its purposes, channels_last, mixed precision, where
 the batched augmentations run, the loader workers). Machine facts come from ``utils.env``
 (read through the module, so a test can stand in for the machine in one place).
@@ -13,9 +13,9 @@ from typing import List, Mapping, Optional, Tuple, Union
 import torch
 
 from ..utils import env
-from ..utils.cpu_budget import usable_cpus
+from ..utils.errors import ConfigError
 from ..utils.registry import check_choice
-from .config import ConfigError
+from .cpu_budget import usable_cpus
 
 __all__ = [
     "PURPOSES", "COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode",
@@ -32,7 +32,7 @@ COMPILE_MODES = ("auto", "off", "default", "reduce-overhead", "max-autotune", "m
 # Older files wrote MODEL.COMPILE True / False (the config turns YAML booleans into on / off).
 _COMPILE_ALIASES = {"on": "default", "true": "default", "false": "off"}
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
-#: MODEL.COMPILE_SCOPE values: what torch.compile compiles (modeling.compile.compile_model)
+#: MODEL.COMPILE_SCOPE values: what torch.compile compiles (runtime.compile.compile_model)
 COMPILE_SCOPES = ("auto", "model", "blocks")
 
 #: what the plan is for: ``train`` (auto compiles where it pays, under the trainer's guard),
@@ -123,7 +123,7 @@ def compile_scope_decision(value, mode: str, freezes: bool = False) -> Tuple[str
     finish 2 epochs in 5 minutes on an H100; in blocks it compiled in 36 s, recompiled the
     released blocks in 32 s, and trained at 1.71x eager (README, "Compiled training"). (With
     its cost rule, ``auto`` now usually trains a short freeze eager and compiles once, at the
-    release: engine/compile_guard.py. The frozen model is still compiled, and released,
+    release: runtime/compile_guard.py. The frozen model is still compiled, and released,
     under a long freeze, an explicit mode or MODEL.COMPILE_WEIGH_COST off.)
 
     Args:
@@ -336,7 +336,7 @@ def cpu_threads(local_workers: int = 1, environ: Optional[Mapping[str, str]] = N
     Args:
         local_workers: training processes on this machine (``comm.get_local_size()``).
         environ: the environment (default: os.environ).
-        usable: (cpus, source) of ``utils.cpu_budget.usable_cpus`` (default: read them).
+        usable: (cpus, source) of ``runtime.cpu_budget.usable_cpus`` (default: read them).
     Returns:
         (threads, reason).
     """

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from reid_engine.config import get_cfg
-from reid_engine.config.run_plan import (
+from reid_engine.modeling import build_model
+from reid_engine.modeling.meta_arch.cluster_contrast import ClusterContrast
+from reid_engine.runtime.run_plan import (
     amp_decision,
     build_run_plan,
     compile_decision,
     device_augment_decision,
 )
-from reid_engine.modeling import build_model
-from reid_engine.modeling.meta_arch.cluster_contrast import ClusterContrast
 from reid_engine.utils.registry import UnknownChoiceError
 
 
@@ -42,7 +42,7 @@ def test_cpu_defaults_with_reasons_and_a_table():
 
 def test_decided_and_logged_once_per_config_and_purpose(caplog):
     cfg = _cfg(**{"DATALOADER.NUM_WORKERS": 5, "MODEL.CHANNELS_LAST": "on"})
-    with caplog.at_level(logging.INFO, logger="reid_engine.config.run_plan"):
+    with caplog.at_level(logging.INFO, logger="reid_engine.runtime.run_plan"):
         first = build_run_plan(cfg)
         again = build_run_plan(cfg.clone())
         other = build_run_plan(_cfg(**{"DATALOADER.NUM_WORKERS": 6, "MODEL.CHANNELS_LAST": "on"}))
@@ -70,7 +70,7 @@ def test_cpu_bf16_amp_decides_layout_weight_gradients_and_autocast_together(monk
     assert plan.cpu_bf16_weight_grad is bool(native) and plan.channels_last is bool(native)
     assert plan.autocast_dtype == (torch.bfloat16 if native else None) and not plan.grad_scaling
     model = build_model(_cfg(**{"SOLVER.AMP.ENABLED": True}), plan)
-    assert model.channels_last is bool(native)  # model building follows the plan
+    assert model.weights_channels_last() is bool(native)  # model building follows the plan
 
 
 def test_amp_decision_on_cpu_turns_float16_into_bfloat16_and_explains_itself(monkeypatch):
@@ -114,7 +114,7 @@ def test_a_plan_is_a_plain_value():
 
 
 def test_cpu_threads_from_the_usable_cpus_shared_by_local_workers():
-    from reid_engine.config.plan_rules import cpu_threads
+    from reid_engine.runtime.plan_rules import cpu_threads
 
     assert cpu_threads(1, environ={}, usable=(2, "affinity 2")) == (2, "affinity 2 (OMP_NUM_THREADS overrides)")
     threads, reason = cpu_threads(2, environ={}, usable=(2, "cgroup quota 2 of affinity 64"))

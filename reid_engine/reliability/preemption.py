@@ -33,7 +33,7 @@ A terminal's Ctrl-C reaches the launcher and every worker, and torchrun forwards
 signal it gets to its workers once more: a repeat of the same signal within
 :data:`REPEAT_WINDOW_S` seconds counts as the same request. A signal to the process group
 (Ctrl-C, a batch scheduler's cancel) also ends the data-loader workers; the training loop
-then loads the batches left before the stop in the main process (``engine.loader_faults``).
+then loads the batches left before the stop in the main process (``reliability.loader_faults``).
 """
 import contextlib
 import logging

@@ -22,9 +22,10 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
-from ..modeling.compile import inductor_cache_dir
 from ..utils.comm import unwrap_model
 from ..utils.file_io import atomic_write_text
+from .compile import inductor_cache_dir
+from .compiled import compile_record
 
 __all__ = ["CompileEstimate", "DEFAULT_COMPILE_S", "DEFAULT_SPEEDUP", "recipe_key", "estimate", "record",
            "expected_saving", "pays_off", "describe", "records_path"]
@@ -60,16 +61,17 @@ def recipe_key(model: nn.Module, device: torch.device, detail: str = "") -> str:
     """A short key naming what a compilation depends on.
 
     Args:
-        model: the model compiled by ``modeling.compile.compile_model`` (DDP-wrapped or not):
-            its structure (module tree with every layer's shape) and the ``compile_mode`` and
-            ``compile_scope`` recorded on it are part of the key.
+        model: the model compiled by ``runtime.compile.compile_model`` (DDP-wrapped or not):
+            its structure (module tree with every layer's shape) and the mode and scope of its
+            compile record are part of the key.
         device: the training device (its name is part of the key: another GPU compiles differently).
         detail: further facts that change the graphs (input shape, batch size, precision).
     Returns:
         a hex digest.
     """
     inner = unwrap_model(model)
-    mode, scope = getattr(inner, "compile_mode", "off"), getattr(inner, "compile_scope", "model")
+    record = compile_record(inner)
+    mode, scope = (record.mode, record.scope) if record is not None else ("off", "model")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     text = "\n".join([repr(inner), mode, scope, device_name, torch.__version__, detail])
     return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -2,11 +2,11 @@
 
 Which mode a run uses (MODEL.COMPILE: torch.compile's ``default``, ``reduce-overhead`` = CUDA
 graphs, ``max-autotune``, ``max-autotune-no-cudagraphs``, plus ``off`` and ``auto``) is the run
-plan's decision (``config.run_plan``; its mode functions are re-exported here); the engine may
+plan's decision (``runtime.run_plan``; its mode functions are re-exported here); the engine may
 still turn an ``auto`` choice back to eager at run time (a compile error, recompilations, a
-compiled step slower than eager), while an explicit mode never falls back. The mode a model
-was compiled with is recorded on it by :func:`compile_model` (``compile_mode``), the one
-place that compiles, and read by ``utils.compiled``.
+compiled step slower than eager), while an explicit mode never falls back. How a model was
+compiled is one record (``runtime.compiled.CompileRecord``; nothing is set on the model), made
+by :func:`compile_model`, the one place that compiles.
 
 A meta architecture that must not run compiled under ``auto`` says why in its class
 attribute ``EAGER_ONLY_REASON`` (a short phrase; None = it compiles).
@@ -26,7 +26,8 @@ from typing import List
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import (
+from reid_engine.runtime.compiled import CompileRecord, compile_record, compiled_modules, record_compilation
+from reid_engine.runtime.run_plan import (
     COMPILE_BACKENDS,
     COMPILE_MODES,
     COMPILE_SCOPES,
@@ -34,12 +35,11 @@ from reid_engine.config.run_plan import (
     resolve_compile_mode,
 )
 from reid_engine.utils.comm import unwrap_model
-from reid_engine.utils.compiled import compiled_modules
 from reid_engine.utils.registry import check_choice
 
 __all__ = ["COMPILE_MODES", "COMPILE_BACKENDS", "COMPILE_SCOPES", "normalize_compile_mode", "resolve_compile_mode",
            "compile_model", "uncompile_model", "eager_calls", "inductor_cache_dir", "disable_eager_methods",
-           "repeated_blocks", "compiled_modules"]
+           "repeated_blocks", "compiled_modules", "compile_record"]
 
 #: graph variants one block class may compile (shapes of each stage, first blocks with a
 #: downsample, train / eval, with / without gradients); dynamo's default of 8 is for whole models
@@ -56,7 +56,7 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor", scope:
         scope: "model" (one graph) or "blocks" (each of :func:`repeated_blocks`; the model as one
             graph when it has none).
     Returns:
-        the same model; ``compile_mode`` and ``compile_scope`` record what was done, and
+        the same model; its :class:`CompileRecord` (``compile_record``) says what was done, and
         :func:`compiled_modules` lists the modules compiled.
     """
     check_choice(backend, COMPILE_BACKENDS, "MODEL.COMPILE_BACKEND")
@@ -79,9 +79,7 @@ def compile_model(model: nn.Module, mode: str, backend: str = "inductor", scope:
     # graph (dynamo would otherwise turn to a slower dynamic-shape graph at the second shape).
     for module in regions or [model]:
         module.compile(dynamic=False, **options)
-    model.compiled_regions = list(regions)  # read by utils.compiled (is the model compiled?)
-    model.compile_scope = "blocks" if regions else "model"
-    model.compile_mode = mode  # what utils.compiled reads (CUDA graphs or not)
+    record_compilation(model, CompileRecord(mode, "blocks" if regions else "model", list(regions)))
     return model
 
 
@@ -164,12 +162,14 @@ def uncompile_model(model: nn.Module) -> None:
     """Turn a model compiled in place back to eager for good (the weights are shared).
 
     Args:
-        model: the model, DDP-wrapped or not; its ``compile_mode`` becomes "off".
+        model: the model, DDP-wrapped or not; its compile record's mode becomes "off".
     """
     inner = unwrap_model(model)
     for module in compiled_modules(inner):
         module._compiled_call_impl = None  # what nn.Module.compile set; __call__ then runs forward eagerly
-    inner.compile_mode = "off"
+    record = compile_record(inner)
+    if record is not None:
+        record.mode = "off"
 
 
 @contextlib.contextmanager
@@ -190,6 +190,7 @@ def eager_calls(model: nn.Module):
     try:
         yield
     finally:
-        if getattr(inner, "compile_mode", None) != "off":  # unless it was turned to eager for good meanwhile
+        record = compile_record(inner)
+        if record is None or record.mode != "off":  # unless it was turned to eager for good meanwhile
             for module, call in zip(modules, compiled):
                 module._compiled_call_impl = call
