@@ -1,4 +1,4 @@
-"""Install reid_engine: `pip install -e .` (see README for the pinned environment)."""
+"""Install reid_engine: `pip install -e .` (docs/install.md has the pinned environment and the extras)."""
 import os
 
 from setuptools import find_packages, setup
@@ -19,6 +19,12 @@ setup(
     description="Training and evaluation of person and vehicle re-identification models",
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     python_requires=">=3.9",
     packages=find_packages(exclude=("tests", "tests.*", "tools", "configs")),
     install_requires=[
@@ -47,9 +53,12 @@ setup(
         # torchvision / timm would replace a CPU torch with a CUDA build; that path imports neither)
         "track": ["opencv-python-headless>=4.7,<5", "lapx>=0.5.5,<1", "rich>=13", "motmetrics>=1.4",
                   "pandas>=2,<3"],
-        "tune": ["optuna>=4.0", "sqlalchemy>=2.0", "psycopg[binary]>=3.1"],
+        # Optuna 4.9+: RetryHeartbeatStaleTrialCallback; a finished study's summary and plots need pandas
+        # (trials_dataframe) and matplotlib (optuna.visualization.matplotlib)
+        "tune": ["optuna>=4.9", "sqlalchemy>=2.0", "psycopg[binary]>=3.1", "pandas>=2,<3", "matplotlib>=3.5"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
-        "mlflow": ["mlflow-skinny>=2.10", "SQLAlchemy>=1.4", "alembic>=1.8"],
+        # log_batch(..., synchronous=False) and start_run(parent_run_id=...), as in mlflow-skinny 3.17
+        "mlflow": ["mlflow-skinny>=3.0", "SQLAlchemy>=1.4", "alembic>=1.8"],
         # reid-index (person search): faiss embedded; Milvus (a server, or Milvus Lite in-process)
         "search": ["faiss-cpu>=1.8", "pymilvus>=2.4", "milvus-lite>=2.4"],
     },
@@ -60,7 +69,6 @@ setup(
             "reid-export=reid_engine.cli.export:main",
             "reid-visualize=reid_engine.cli.visualize:main",
             "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
-            "reid-benchmark=reid_engine.cli.benchmark:main",
             "reid-data=reid_engine.cli.data:main",
             "reid-tune=reid_engine.cli.tune:main",
             "reid-index=reid_engine.cli.index:main",

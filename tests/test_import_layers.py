@@ -18,7 +18,7 @@ while a submodule that needs a name from its own package's ``__init__`` while th
 ``__init__`` imports it is reported, as it is a real circle. Imports under
 ``if TYPE_CHECKING:`` count like any other; ``importlib.import_module`` calls are not seen.
 
-Layers, lowest first (docs/architecture.md): utils < config, reliability < data, modeling, solver,
+Layers, lowest first (docs/architecture.md): utils < config, runtime, reliability < data, modeling, solver,
 evaluation, clustering < inference, export, engine, integrations < tune, gallery < cli. A module may import its own
 package and any lower layer. Within a layer it may import another package only where
 SIDEWAYS_ALLOWED says so; layer-2 packages never import each other. Upward imports are
@@ -39,6 +39,7 @@ LAYERS: Dict[str, int] = {
     ROOT_PACKAGE: -1,  # reid_engine/__init__.py holds only __version__: any layer may read it
     "utils": 0,
     "config": 1,
+    "runtime": 1,
     "reliability": 1,
     "data": 2,
     "modeling": 2,

@@ -36,13 +36,14 @@ shared ones, most telling first.
   works and its checkout has tools/ (otherwise one row "not installed", no time spent).
 - shared: ``family:<name>``: 1 epoch of one config of each other shipped family under
   MODEL.COMPILE auto, most telling first (sbs_R50, whose freeze release recompiles; the ViT; AGW;
-  MGN; then the other backbones); those the budget leaves out get "skipped: budget": run them in
+  MGN; then the other backbones; the table is tools/benchmarks/families.py, which
+  bench_compile_time.py measures too); those the budget leaves out get "skipped: budget": run them in
   a second call with ``--parts family:<name> ...``. Every run sets MODEL.BACKBONE.PRETRAIN False.
   kd-sbs_R101-ibn-sbs_R34's teacher is a fresh sbs_R101-ibn written by ``--write-teacher`` first
   (its logits are noise: the row measures speed and compile, not distillation); sbs_R50 ends
   its frozen-backbone phase at iteration 30, so the documented recompilation happens inside
   the epoch; mars is configs/MARS/bagtricks_R50.yml on SyntheticVideoReID (batch 16 tracklets,
-  3 epochs of 9 iterations).
+  3 epochs of 9 iterations); kd-ema_sbs_R34 (self-distillation) comes last.
 - shared: ``cuda_tests``: the test files with a ``torch.cuda.is_available()`` skipif (found in
   tests/ when the script starts), ``pytest -m "" -rA -vv`` with ``-n 4`` when pytest-xdist is there.
 - shared: ``bot_auto_blocks``: bot_auto with MODEL.COMPILE_SCOPE blocks (its bottlenecks compiled
@@ -81,9 +82,9 @@ printed in full below it):
   part's log.
 
 Exit status: 0 when the script itself worked, whatever the parts did (read the table); 2 for
-bad arguments; 1 when interrupted (SIGTERM / SIGINT: every running part's process group is
-killed and its row says "interrupted", the results so far are written and packed) or on an
-internal error.
+bad arguments; 1 where reid_engine does not import (the env part's facts are printed alone),
+when interrupted (SIGTERM / SIGINT: every running part's process group is killed and its row
+says "interrupted", the results so far are written and packed) or on an internal error.
 
 On a CPU (the tests): ``--device cpu --tiny`` runs every part on SyntheticReIDTiny at 64x32 with
 quarter-width ResNet-18s (or each family's smallest member), batch 16, 1 epoch: 15-45 s a part
@@ -110,8 +111,19 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [REPO, os.path.join(REPO, "tools", "benchmarks")]
+from families import BOT, FAMILIES, Family  # noqa: E402  (the table bench_compile_time.py measures too)
+
+try:
+    from reid_engine.config import get_cfg, load_yaml_with_bases
+    from reid_engine.runtime.cpu_budget import usable_cpus
+    from reid_engine.utils.file_io import atomic_open, atomic_write, atomic_write_text
+except ImportError as e:  # main() then runs the env part alone: its facts say why the package does not import
+    PACKAGE_ERROR: Optional[ImportError] = e
+else:
+    PACKAGE_ERROR = None
+
 TRAIN_NET = os.path.join(REPO, "tools", "train_net.py")
-BOT_CONFIG = "configs/Market1501/bagtricks_R50.yml"
 TEACHER_CONFIG = "configs/Market1501/sbs_R101-ibn.yml"
 COMPILE_SUMMARY = "Compile summary: "
 MARK = "[gpu_acceptance] "  # starts the lines this script adds to a part's log
@@ -128,46 +140,9 @@ DEFAULT_CAPS = {"env": 30, "data": 90, "bot_eager": 60, "bot_auto": 120, "bot_au
 POLL_S = 0.1  # how often a running part looks for an interrupt of the whole run
 
 
-@dataclasses.dataclass(frozen=True)
-class Family:
-    """One shipped config family: its representative config and what --tiny changes in it."""
-
-    name: str
-    config: str
-    extra: Sequence[str] = ()  # overrides of the GPU run
-    tiny: Sequence[str] = ()  # overrides of a --tiny run (after the common tiny ones)
-    epochs: int = 1
-    video: bool = False
-    teacher: bool = False  # needs KD teacher files (written by --write-teacher)
-
-
 # A run of 1-2 epochs would stay eager under auto's cost rule (compiling would not pay for itself in
 # so few iterations): the acceptance rows measure the compilation, so they turn the rule off.
 COMPILE_ALWAYS = ("MODEL.COMPILE_WEIGH_COST", "False")
-# Quarter-width ResNet-18 without non-local blocks (defined for 50x / 101x only).
-RESNET_TINY = ("MODEL.BACKBONE.DEPTH", "18x", "MODEL.BACKBONE.WIDTH_MULT", "0.25", "MODEL.BACKBONE.WITH_NL", "False")
-M = "configs/Market1501/"
-# Most telling first: sbs_R50 (its freeze release recompiles; under whole-model compilation it
-# did not finish in 5 minutes), ViT (attention blocks), AGW (non-local blocks), MGN (branches);
-# then the other backbones. bagtricks_R50 is bot_auto.
-FAMILIES = (
-    Family("sbs_R50", M + "sbs_R50.yml", extra=("SOLVER.FREEZE_ITERS", "30"),
-           tiny=RESNET_TINY + ("SOLVER.FREEZE_ITERS", "3")),
-    Family("bagtricks_vit", M + "bagtricks_vit.yml", tiny=("MODEL.BACKBONE.DEPTH", "small")),
-    Family("AGW_R50", M + "AGW_R50.yml", tiny=RESNET_TINY),
-    Family("mgn_R50-ibn", M + "mgn_R50-ibn.yml",  # 96 rows: b3's map keeps enough rows for its stripes
-           tiny=RESNET_TINY + ("INPUT.SIZE_TRAIN", "[96, 32]", "INPUT.SIZE_TEST", "[96, 32]")),
-    Family("bagtricks_R50-ibn", M + "bagtricks_R50-ibn.yml", tiny=RESNET_TINY),
-    Family("bagtricks_R50_moco", M + "bagtricks_R50_moco.yml", tiny=RESNET_TINY + ("MODEL.QUEUE_SIZE", "64")),
-    Family("bagtricks_osnet_x1_0", M + "bagtricks_osnet_x1_0.yml", tiny=("MODEL.BACKBONE.DEPTH", "x0_25")),
-    Family("bagtricks_mobilenetv3_Large", M + "bagtricks_mobilenetv3_Large.yml", tiny=("MODEL.BACKBONE.DEPTH", "Small")),
-    Family("bagtricks_S50", M + "bagtricks_S50.yml"),  # ResNeSt starts at 50x: tiny only by its input
-    Family("kd-sbs_R101-ibn-sbs_R34", M + "kd-sbs_R101-ibn-sbs_R34.yml", tiny=RESNET_TINY, teacher=True),
-    Family("mars", "configs/MARS/bagtricks_R50.yml", extra=("SOLVER.IMS_PER_BATCH", "16"), epochs=3, video=True,
-           tiny=RESNET_TINY + ("INPUT.SEQ_LEN", "2", "DATALOADER.NUM_INSTANCE", "2", "SOLVER.IMS_PER_BATCH", "8",
-                               "TEST.IMS_PER_BATCH", "16")),
-
-)
 TINY_OVERRIDES = ("INPUT.SIZE_TRAIN", "[64, 32]", "INPUT.SIZE_TEST", "[64, 32]", "INPUT.AUTOAUG.ENABLED", "False",
                   "DATALOADER.NUM_WORKERS", "0", "DATALOADER.NUM_INSTANCE", "4", "SOLVER.IMS_PER_BATCH", "16",
                   "SOLVER.AMP.ENABLED", "False", "SOLVER.WARMUP_ITERS", "2", "TEST.IMS_PER_BATCH", "64",
@@ -190,7 +165,7 @@ if torch.cuda.is_available():
     facts.update(gpu=p.name, capability=f"{p.major}.{p.minor}", memory_gb=round(p.total_memory / 2**30, 1),
                  gpus=torch.cuda.device_count(), bf16=torch.cuda.is_bf16_supported())
 try:
-    from reid_engine.modeling.compile import inductor_cache_dir
+    from reid_engine.runtime.compile import inductor_cache_dir
     cache = inductor_cache_dir()
     facts["reid_engine"] = "ok"
     facts["inductor_cache_files"] = sum(len(f) for _, _, f in os.walk(cache))
@@ -301,43 +276,17 @@ def family_part(args, family: Family) -> Part:
     return part
 
 
-def usable_cpu_count() -> int:
-    """The CPUs this process may run on (its affinity), else the machine's.
-
-    Not utils.cpu_budget.usable_cpus: the script imports no reid_engine module before a run is read."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def config_value(path: str, key: str):
-    """A dotted key of a YAML config, the nearest file of its ``_BASE_`` chain first; None when none sets it."""
-    import yaml
-
-    while path:
-        data = yaml.safe_load(read_text(path)) or {}
-        node = data
-        for name in key.split("."):
-            node = node.get(name) if isinstance(node, dict) else None
-        if node is not None:
-            return node
-        base = data.get("_BASE_")
-        path = os.path.join(os.path.dirname(path), base) if base else ""
-    return None
-
-
 def limit_loader_workers(part: Part, jobs: int, cpus: int) -> None:
     """Cap DATALOADER.NUM_WORKERS of a pooled training part to its share of the CPUs (at least 2).
 
     plan_rules.loader_workers takes the config's count as it is (8 in the shipped recipes): four
-    parts beside each other would start 32 loader processes on 16 cores. A config (or its default,
+    parts beside each other would start 32 loader processes on 16 cores. A config (or the default,
     when no file sets it) at or under the share is left as it is."""
     command = part.commands[-1]
     share = max(2, cpus // jobs)
-    config = command[command.index("--config-file") + 1]
-    try:
-        workers = int(config_value(config, "DATALOADER.NUM_WORKERS"))
-    except Exception:  # unset, or a file yaml cannot read: cap it
-        workers = share + 1
-    if workers > share:
+    cfg = get_cfg()
+    cfg.merge_from_file(command[command.index("--config-file") + 1])
+    if cfg.DATALOADER.NUM_WORKERS > share:
         command += ["DATALOADER.NUM_WORKERS", str(share)]
 
 
@@ -360,10 +309,10 @@ def build_parts(args) -> List[Part]:
                                  ("bot_auto_warm", "auto", COMPILE_ALWAYS, 1),
                                  ("bot_auto_blocks", "auto", COMPILE_ALWAYS + ("MODEL.COMPILE_SCOPE", "blocks"), epochs)):
         run_dir = os.path.join(args.work, name)
-        bot[name] = Part(name, "train", [train_command(args, BOT_CONFIG, run_dir, mode, n, extra, tiny=RESNET_TINY)],
+        bot[name] = Part(name, "train", [train_command(args, BOT.config, run_dir, mode, n, extra, tiny=BOT.tiny)],
                          run_dir=run_dir, cleanup=[run_dir])
     parts += [bot["bot_eager"], bot["bot_auto"], bot["bot_auto_warm"], fastreid_part(args, epochs)]
-    pool = [family_part(args, family) for family in FAMILIES]
+    pool = [family_part(args, family) for family in FAMILIES if family is not BOT]
     files = cuda_test_files()
     xdist = ["-n", "4"] if importlib.util.find_spec("xdist") else []
     pool.append(Part("cuda_tests", "tests", [[py, "-m", "pytest", "-p", "no:cacheprovider", "-m", "", "-rA", "-vv", *xdist,
@@ -372,7 +321,7 @@ def build_parts(args) -> List[Part]:
     for part in pool:
         part.shared = True
         if part.kind == "train" and args.jobs > 1 and not args.tiny:  # tiny runs load in the process
-            limit_loader_workers(part, args.jobs, usable_cpu_count())
+            limit_loader_workers(part, args.jobs, usable_cpus()[0])
     parts += pool
     parts += [Part(name, "fake", [shlex.split(command)], shared=shared) for name, command, shared in args.fake_part]
     return parts
@@ -470,7 +419,7 @@ def run_commands(commands: List[List[str]], log_path: str, limit_s: float, limit
 class Packer:
     """Packs a folder into one .tar.gz every `every` seconds from a thread, and once more at stop().
 
-    Each pack is written to a temporary file and renamed into place, so the archive is always whole.
+    Each pack is written atomically (utils.file_io.atomic_open), so the archive is always whole.
     """
 
     def __init__(self, folder: str, archive: str, every: float):
@@ -479,13 +428,16 @@ class Packer:
         self._thread = threading.Thread(target=self._loop, name="packer", daemon=True)
 
     def pack(self) -> None:
-        """Write the archive now (the folder as its top-level entry; the archive itself left out)."""
-        tmp = f"{self.archive}.tmp{os.getpid()}"
-        skip = {os.path.abspath(self.archive), os.path.abspath(tmp)}
-        with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
-            tar.add(self.folder, arcname=os.path.basename(self.folder),
-                    filter=lambda info: None if os.path.join(os.path.dirname(self.folder), info.name) in skip else info)
-        os.replace(tmp, self.archive)
+        """Write the archive now (the folder as its top-level entry; the archive and its temporaries left out)."""
+        folder, name = os.path.split(os.path.abspath(self.archive))
+
+        def keep(info):
+            where, base = os.path.split(os.path.join(os.path.dirname(self.folder), info.name))
+            ours = where == folder and (base == name or (base.startswith(f".{name}.") and base.endswith(".tmp")))
+            return None if ours else info
+
+        with atomic_open(self.archive, "wb") as f, tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
+            tar.add(self.folder, arcname=os.path.basename(self.folder), filter=keep)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
@@ -571,9 +523,7 @@ def step_columns(run_dir: str) -> dict:
                 times.append(record["time"])
     step = statistics.median(times) if times else None
     try:
-        import yaml
-
-        batch = yaml.safe_load(read_text(os.path.join(run_dir, "config.yaml")))["SOLVER"]["IMS_PER_BATCH"]
+        batch = load_yaml_with_bases(os.path.join(run_dir, "config.yaml"))["SOLVER"]["IMS_PER_BATCH"]
     except Exception:  # no config written (killed early), or not a dumped config
         batch = None
     return {"step_s": step, "img_s": batch / step if step and isinstance(batch, int) else None}
@@ -683,22 +633,10 @@ def format_table(rows: List[dict]) -> str:
     return table + ("\n\n" + "\n".join(long) if long else "")
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write a file through a temporary one, so the packer never reads half of it.
-
-    Not utils.file_io.atomic_write_text: the script imports no reid_engine module before a
-    run is read, so that it still reports (the env row) on a machine where the package cannot
-    be imported, and its results are written before any of it is."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_results(out: str, rows: List[dict], meta: dict) -> None:
     """results.json (rows and run facts) and table.md, as they stand."""
-    write_atomic(os.path.join(out, "results.json"), json.dumps({**meta, "rows": rows}, indent=1) + "\n")
-    write_atomic(os.path.join(out, "table.md"), format_table(rows) + "\n")
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    atomic_write_text(os.path.join(out, "table.md"), format_table(rows) + "\n")
 
 
 # -------------------------------------------------------------------------------------- main
@@ -758,21 +696,19 @@ def write_teacher(folder: str, data_root: str, tiny: bool) -> None:
     its classifier as wide as the synthetic training set's identities."""
     import torch
 
-    from reid_engine.config import get_cfg
     from reid_engine.data.datasets import get_dataset
     from reid_engine.modeling.meta_arch.baseline import Baseline
 
     os.makedirs(folder, exist_ok=True)
     config = os.path.join(folder, "teacher.yml")
-    write_atomic(config, f"_BASE_: {os.path.join(REPO, TEACHER_CONFIG)}\n" + (TINY_TEACHER_YAML if tiny else ""))
+    atomic_write_text(config, f"_BASE_: {os.path.join(REPO, TEACHER_CONFIG)}\n" + (TINY_TEACHER_YAML if tiny else ""))
     cfg = get_cfg()
     cfg.merge_from_file(config)
     cfg.MODEL.BACKBONE.PRETRAIN = False
     cfg.MODEL.HEADS.NUM_CLASSES = get_dataset(data_names(tiny)["image"], data_root).num_train_pids
     torch.manual_seed(0)
     weights = os.path.join(folder, "teacher.pth")
-    torch.save({"model": Baseline.from_config(cfg).state_dict()}, weights + ".tmp")
-    os.replace(weights + ".tmp", weights)
+    atomic_write(weights, lambda f: torch.save({"model": Baseline.from_config(cfg).state_dict()}, f))
     print(f"teacher written: {config}, {weights} ({cfg.MODEL.HEADS.NUM_CLASSES} classes)")
 
 
@@ -783,7 +719,7 @@ def part_env(part: Part, jobs: int) -> Dict[str, str]:
     as the machine has, in each of the parts compiling at once), unless the user set the count."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
     if part.shared and jobs > 1:
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, usable_cpu_count() // jobs)))
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, usable_cpus()[0] // jobs)))
     return env
 
 
@@ -902,6 +838,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     for name in ("out", "work", "data_root"):
         setattr(args, name, os.path.abspath(getattr(args, name)))
+    if PACKAGE_ERROR is not None:
+        print(f"error: reid_engine does not import ({PACKAGE_ERROR}); only the env part runs:", flush=True)
+        subprocess.run([sys.executable, "-c", ENV_PROBE], cwd=REPO)
+        return 1
     if args.write_teacher:
         write_teacher(args.write_teacher, args.data_root, args.tiny)
         return 0

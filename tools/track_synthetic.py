@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from reid_engine.cli.base import build_config, command_parser, positive_int  # noqa: E402
 from reid_engine.cli.boundary import run_command  # noqa: E402
 from reid_engine.data.synthetic.sequence import SequenceSpec, SyntheticSequence, render_sequence  # noqa: E402
+from reid_engine.export.boxmot import require_boxmot_runtime  # noqa: E402
 from reid_engine.utils.errors import UsageError, require_module  # noqa: E402
 
 PROG = "track_synthetic"
@@ -93,6 +94,7 @@ def make_tracker(name: str = "botsort", reid_weights: Optional[str] = None):
     class_name, options = TRACKERS[name]
     if reid_weights is None:
         return getattr(boxmot, class_name)(use_embeddings=False, **options)
+    require_boxmot_runtime()  # else loading the encoder pip-installs BoxMOT's onnxruntime here
     return getattr(boxmot, class_name)(reid_weights=Path(reid_weights), device="cpu", half=False, **options)
 
 

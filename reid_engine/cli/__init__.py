@@ -8,7 +8,6 @@ reid-extract           reid_engine.cli.extract         tools/extract_features.py
 reid-export            reid_engine.cli.export          tools/export.py
 reid-visualize         reid_engine.cli.visualize       tools/visualize_ranks.py
 reid-make-synthetic    reid_engine.cli.make_synthetic  tools/make_synthetic.py
-reid-benchmark         reid_engine.cli.benchmark       (tools/benchmarks/*.py)
 reid-data              reid_engine.cli.data            tools/data.py
 reid-tune              reid_engine.cli.tune            tools/tune_net.py
 reid-index             reid_engine.cli.index           tools/index.py

@@ -6,7 +6,7 @@
 """
 import argparse
 import sys
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S
 
@@ -16,6 +16,7 @@ __all__ = [
     "add_run_mode_arguments",
     "default_argument_parser",
     "positive_int",
+    "comma_list",
 ]
 
 
@@ -25,6 +26,35 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def comma_list(item_type: Callable[[str], object] = str, choices: Sequence = (), what: str = "value"):
+    """argparse type: one value or a comma list of them (``a,b``), each converted by `item_type`.
+
+    Use it with ``action="extend"`` instead of ``nargs="+"``: a flag then takes one word, so the KEY VALUE
+    overrides that follow it are never read as its values, and repeating the flag adds more.
+
+    Args:
+        item_type: converts one item (str, int, ...).
+        choices: the allowed items (empty: any).
+        what: what an item is, for the error message.
+    Returns:
+        the type function, mapping the flag's word to a list.
+    """
+    def parse(text: str) -> list:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        try:
+            values = [item_type(item) for item in items]
+        except ValueError:
+            values = None
+        bad = [item for item in items if choices and item not in choices]
+        if not items or values is None or bad:
+            allowed = f" of {', '.join(map(str, choices))}" if choices else ""
+            raise argparse.ArgumentTypeError(f"invalid {what} {text!r}: use one or a comma list{allowed}")
+        return values
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
     reid-data check Market1501                        # DATASETS.ROOT, else $REID_DATASETS, else ./datasets
     reid-data check VeRiWild --data-root /data/reid
-    reid-data check viper --config-file cfg.yml DATASETS.SPLIT_ID 3
+    reid-data check viper DATASETS.SPLIT_ID 3
     reid-data check MSMT17 --no-decode                # names and lists only, no image opened
 
 `check` parses the dataset as training does (same data root and DATASETS.SPLIT_ID) and

@@ -1,13 +1,20 @@
-"""Export a trained model to TorchScript and ONNX, and check the exports against PyTorch (`reid-export`).
+r"""Export a trained model to TorchScript and ONNX, and check the exports against PyTorch (`reid-export`).
 
-    reid-export --config-file cfg.yml --output exported/ MODEL.WEIGHTS output/model_final.pth
-    reid-export --config-file cfg.yml --output exported/ --format onnx --opset 17 \\
-        --input-dtype float32 --raw-features MODEL.WEIGHTS output/model_final.pth
-    reid-export --config-file cfg.yml --output exported/ --quantize int8 --calibration train \\
-        MODEL.WEIGHTS output/model_final.pth              # + exported/model_int8.onnx
-    reid-export --config-file cfg.yml --output exported/ --format openvino --quantize int8 \
-        --calibration train MODEL.WEIGHTS output/model_final.pth  # model.xml/.bin + model_int8.xml/.bin
+    reid-export --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --output exported/ \
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-export --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --output exported/ \
+        --format onnx --opset 17 --input-dtype float32 --raw-features \
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-export --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --output exported/ \
+        --quantize int8 --calibration train \
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth   # + exported/model_int8.onnx
+    reid-export --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --output exported/ \
+        --format openvino --quantize int8 --calibration train \
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth   # model.xml/.bin + model_int8.xml/.bin
     reid-export --inspect exported/model.onnx            # print a file's preprocessing contract
+
+--format takes one format or a comma list (--format onnx,openvino), and may be repeated
+(--format onnx --format openvino); the KEY VALUE overrides may follow it directly.
 
 What is exported is the inference model as one module (`FeatureExtractor`):
   input  "images":   (B, 3, H, W) RGB batch with values 0..255, uint8 by default
@@ -43,7 +50,7 @@ OpenVINO's ONNX reader; its contract is in the IR's rt_info (section reid_engine
 BoxMOT's ONNX appearance back end, as it loads them: float32 input normalized outside with
 ImageNet's mean / std (BoxMOT's crops), undone inside the graph before the model's own
 MODEL.PIXEL_MEAN / STD; the sidecar gives BoxMOT the input size. Pass the .onnx file as a
-tracker's reid_weights (README: "Use in BoxMOT").
+tracker's reid_weights (docs/boxmot.md).
 
 --quantize int8 also writes model_int8.onnx: ONNX Runtime static quantization (QDQ,
 per-channel int8 weights) calibrated on --calibration-size images of --calibration (an
@@ -74,6 +81,7 @@ from ..export import (
 from ..inference import read_contract
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
+from .args import comma_list
 from .base import build_config, command_parser, positive_int
 from .boundary import run_command
 
@@ -87,8 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(PROG, __doc__)
     parser.add_argument("--output", help="folder for model.pt (TorchScript), model.onnx, model.xml (required to export)")
     parser.add_argument("--inspect", metavar="FILE", help="print the preprocessing contract of an exported file and exit")
-    parser.add_argument("--format", nargs="+", choices=FORMATS, default=list(DEFAULT_FORMATS),
-                        help=f"what to export (default: {' '.join(DEFAULT_FORMATS)})")
+    parser.add_argument("--format", type=comma_list(choices=FORMATS, what="format"), action="extend", default=None,
+                        metavar="FORMAT[,FORMAT]",
+                        help=f"what to export, one of {', '.join(FORMATS)}: a comma list, or the flag repeated "
+                             f"(default: {','.join(DEFAULT_FORMATS)})")
     parser.add_argument("--torchscript-mode", choices=("trace", "script"), default="trace",
                         help="trace (default; works for any model) or script (needs scriptable modules)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
@@ -117,6 +127,7 @@ def run(args: argparse.Namespace) -> None:
     if args.inspect:
         print(read_contract(args.inspect).describe())
         return
+    args.format = list(dict.fromkeys(args.format or DEFAULT_FORMATS))  # repeated names once, in order
     if not args.output:
         raise UsageError("no output folder (--output): pass --output DIR to export, or --inspect FILE")
     if args.quantize and not {"onnx", "openvino"} & set(args.format):

@@ -1,11 +1,11 @@
 """Embed a dataset split or a folder of images with a trained model and save the features (`reid-extract`).
 
-    reid-extract --config-file cfg.yml --split query --output feats/query.npz \\
-        MODEL.WEIGHTS output/model_final.pth
-    reid-extract --config-file cfg.yml --image-dir my_photos/ --output feats/mine \\
-        --format npy MODEL.WEIGHTS output/model_final.pth
-    reid-extract --config-file cfg.yml --split gallery --num-gpus 4 \\
-        --output feats/gallery.npz MODEL.WEIGHTS output/model_final.pth      # 4 workers
+    reid-extract --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --split query --output feats/query.npz \\
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-extract --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --image-dir my_photos/ --output feats/mine \\
+        --format npy MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-extract --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --split gallery --num-gpus 4 \\
+        --output feats/gallery.npz MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth      # 4 workers
 
 The output holds L2-normalized float32 features with the image paths, pids and camids,
 row i for the i-th image of the split (or of the sorted folder listing; pid and camid
@@ -23,7 +23,6 @@ import logging
 from typing import List, Optional
 
 from ..config import CfgNode
-from ..config.run_plan import build_run_plan
 from ..engine.launch import launch
 from ..inference import (
     BACKENDS,
@@ -38,6 +37,7 @@ from ..inference import (
     resolve_backend,
     save_features,
 )
+from ..runtime.run_plan import build_run_plan
 from ..utils import comm
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger

@@ -10,7 +10,7 @@ import shlex
 from typing import List, Mapping, Optional, Sequence
 
 from ..config import CfgNode
-from ..engine.rank_vis import RANK_VIS_FILE
+from ..inference.rank_vis import RANK_VIS_FILE
 
 __all__ = ["SUMMARY_METRICS", "DEFAULT_PROGRAM", "run_commands", "resume_command", "format_run_summary"]
 

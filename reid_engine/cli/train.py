@@ -1,11 +1,15 @@
-"""Train a ReID model from a config file, or evaluate a checkpoint (`reid-train`).
+r"""Train a ReID model from a config file, or evaluate a checkpoint (`reid-train`).
 
-    reid-train --config-file configs/SyntheticReID/bagtricks_R18_small.yml
-    reid-train --config-file x.yml --eval-only MODEL.WEIGHTS output/model_final.pth
-    reid-train --config-file x.yml --eval-only MODEL.WEIGHTS exported/model_int8.onnx  # ONNX Runtime
-    reid-train --config-file x.yml --resume
-    reid-train --config-file x.yml --num-gpus 2 MODEL.DEVICE cpu     # 2 CPU workers (gloo)
-    torchrun --nproc-per-node 2 --max-restarts 3 tools/train_net.py --config-file x.yml   # auto-resumes
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --eval-only \
+        MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --eval-only \
+        MODEL.WEIGHTS exported/model_int8.onnx                       # ONNX Runtime
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --resume
+    reid-train --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --num-gpus 2 \
+        MODEL.DEVICE cpu                                             # 2 CPU workers (gloo)
+    torchrun --nproc-per-node 2 --max-restarts 3 tools/train_net.py \
+        --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml   # auto-resumes
 
 SIGTERM, SIGUSR1 or SIGINT: the run saves a checkpoint after the current step and exits with
 status 143, logging the --resume command that continues it; a second signal stops it at once.
@@ -25,13 +29,13 @@ import time
 from typing import Callable, List, Optional
 
 from ..config import CfgNode, ConfigError
-from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer, default_setup
 from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launch, launched_by_torchelastic
-from ..engine.mlflow_tracking import log_run_summary
-from ..engine.preemption import TrainingPreempted
 from ..inference import contract_config, inference_config, load_exported_model, resolve_backend
+from ..integrations.mlflow import log_run_summary
+from ..reliability.preemption import TrainingPreempted
+from ..runtime.run_plan import build_run_plan
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
 from .args import add_run_mode_arguments

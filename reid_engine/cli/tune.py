@@ -1,10 +1,17 @@
 """Search hyperparameters with Optuna: each trial is one ordinary training run (`reid-tune`).
 
-    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_quick.yml \\
-        --search-space configs/tune/synthetic_demo.yml --n-trials 12
-    reid-tune ... --storage postgresql+psycopg://user:password@host/db   # workers on several machines
-    reid-tune ... --num-gpus 2 MODEL.DEVICE cpu        # each trial on 2 workers; KEY VALUE: the base config
-    reid-tune --summary --config-file ... --search-space ...   # table, plots and best config so far
+Examples:
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --n-trials 10
+    # workers on several machines share one study on a database server
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --storage postgresql+psycopg://user:password@host/db
+    # each trial on 2 workers; KEY VALUE pairs override the base config
+    reid-tune --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml --num-gpus 2 MODEL.DEVICE cpu
+    # the table, plots and best config so far
+    reid-tune --summary --config-file configs/SyntheticReID/bagtricks_R18_tune.yml \\
+        --search-space configs/tune/synthetic_demo.yml
 
 The base config (--config-file and the KEY VALUE overrides) and the search space are checked
 first: a problem is one error line before any trial. The study folder is
@@ -24,12 +31,13 @@ heartbeat goes stale (3 x --heartbeat seconds); another worker then continues it
 import argparse
 import logging
 import os
+import shutil
 from typing import List, Optional
 
 from ..config import CfgNode
-from ..config.run_plan import build_run_plan
 from ..engine.config_checks import check_config_values
-from ..engine.launch import launched_by_torchelastic
+from ..engine.launch import DEFAULT_RENDEZVOUS_TIMEOUT_S, launched_by_torchelastic
+from ..runtime.run_plan import build_run_plan
 from ..tune.results import BEST_CONFIG_FILE, PLOT_FILES, SUMMARY_FILE, write_summary
 from ..tune.space import base_params, check_search_space, load_search_space
 from ..tune.study import default_storage_url, open_storage, open_study, require_optuna, work_on_study
@@ -51,7 +59,11 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     """The shared base with the launch flags (per trial), plus the search's flags."""
-    parser = command_parser(PROG, __doc__, launches=True)
+    parser = command_parser(PROG, __doc__)  # no --num-machines: a search spreads over machines by its workers
+    parser.add_argument("--num-gpus", type=positive_int, default=1,
+                        help="workers of each trial (GPUs, or CPU processes with MODEL.DEVICE cpu; default 1)")
+    parser.add_argument("--dist-timeout", type=float, default=DEFAULT_RENDEZVOUS_TIMEOUT_S, metavar="SECONDS",
+                        help=f"how long a trial's workers wait for each other (default {DEFAULT_RENDEZVOUS_TIMEOUT_S:g})")
     parser.add_argument("--search-space", required=True, metavar="FILE",
                         help="the search-space YAML file (objective, pruner, params; see docs/tuning.md)")
     parser.add_argument("--n-trials", type=positive_int, default=20,
@@ -83,19 +95,14 @@ def _base_train_args(args: argparse.Namespace) -> argparse.Namespace:
     """reid-train's arguments of the base command: config file, KEY VALUE opts and launch flags."""
     train_args = train.build_parser().parse_args(["--config-file", args.config_file])
     train_args.opts = list(args.opts or [])
-    for flag in ("debug", "num_gpus", "num_machines", "machine_rank", "dist_url", "dist_timeout"):
+    for flag in ("debug", "num_gpus", "dist_timeout"):
         setattr(train_args, flag, getattr(args, flag))
-    if args.num_gpus > 1 and not args.dist_url:
-        train_args.dist_url = "auto"  # a fresh local port for each trial's workers
+    train_args.dist_url = "auto" if args.num_gpus > 1 else None  # a fresh local port for each trial's workers
     return train_args
 
 
 def _check_launch(args: argparse.Namespace) -> None:
-    """A trial runs on this machine's workers; a search spreads over machines by its workers."""
-    if args.num_machines != 1:
-        raise UsageError("reid-tune trains each trial on one machine (--num-gpus workers), not "
-                         f"--num-machines {args.num_machines}: to use several machines, run the same reid-tune "
-                         "command on each with a shared --storage database")
+    """reid-tune starts each trial's workers itself, on this machine."""
     if launched_by_torchelastic() or ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
         raise UsageError("reid-tune starts the workers of each trial itself: run it directly (with --num-gpus), "
                          "not under torchrun")
@@ -139,12 +146,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.heartbeat > 0:
         raise UsageError(f"--heartbeat {args.heartbeat:g} must be a positive number of seconds")
 
-    os.makedirs(study_dir, exist_ok=True)
+    created = not os.path.isdir(study_dir)
+    try:  # a rejected storage leaves no study folder behind
+        storage = open_storage(storage_url, args.heartbeat)
+        study = open_study(storage, name, space, args.n_trials, args.sampler_seed, base_params(space, cfg),
+                           args.pruner or space.pruner)
+    except ReidUserError:
+        if created and os.path.isdir(study_dir):
+            shutil.rmtree(study_dir, ignore_errors=True)
+        raise
     log_file = os.path.join(study_dir, "log.txt")
     setup_run_logging(log_file)
-    storage = open_storage(storage_url, args.heartbeat)
-    study = open_study(storage, name, space, args.n_trials, args.sampler_seed, base_params(space, cfg),
-                       args.pruner or space.pruner)
     shown_url = mask_password(storage_url)
     logger.info("Study %s: storage %s, folder %s (trials in %s)", name, shown_url, study_dir,
                 os.path.join(study_dir, "trials"))
@@ -166,8 +178,9 @@ def run(args: argparse.Namespace) -> int:
         trial_cfg.merge_from_list(tracking)
         trial_cfg.freeze()
     base = TrialBase(args=train_args, cfg=trial_cfg, launch_options=launch_options(train_args, device.type),
-                     train_worker=train.train_worker, log_file=log_file)
-    work_on_study(study, lambda trial: run_trial(trial, space, base, study_dir), log=logger)
+                     train_worker=train.train_worker, storage_url=storage_url, heartbeat_s=args.heartbeat,
+                     log_file=log_file)
+    work_on_study(study, lambda trial: run_trial(trial, space, base, study_dir), storage, storage_url, log=logger)
     try:
         text = write_summary(study, space, cfg, study_dir)
     except ReidUserError as e:  # the trials are done and recorded: a summary that fails is one warning

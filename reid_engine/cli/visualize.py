@@ -1,9 +1,11 @@
 """Look at what a trained model retrieves: rank lists, ROC curve and distance histograms (`reid-visualize`).
 
-    reid-visualize --config-file cfg.yml --output vis/ --worst 10 \\
-        MODEL.WEIGHTS output/model_final.pth
-    reid-visualize --config-file cfg.yml --output vis/ --query-index 0 17 42 \\
-        --topk 8 --dataset Market1501 MODEL.WEIGHTS output/model_final.pth
+    reid-visualize --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml --output vis/ \\
+        --worst 10 MODEL.WEIGHTS output/synthetic_r18_half/model_final.pth
+    reid-visualize --config-file configs/Market1501/bagtricks_R50.yml --output vis/ \\
+        --query-index 0,17,42 --topk 8 MODEL.WEIGHTS output/market1501/bagtricks_r50/model_final.pth
+
+--query-index takes one index or a comma list, and may be repeated.
 
 For each chosen query (--query-index) or each of the N queries with the lowest average
 precision (--worst N; the default is --worst 5), `rank_q<index>.png` shows the query
@@ -25,6 +27,7 @@ from typing import List, Optional
 from ..inference.rank_lists import DEFAULT_WORST, visualize
 from ..utils.errors import require_module
 from ..utils.logger import setup_logger
+from .args import comma_list
 from .base import build_config, command_parser
 from .boundary import run_command
 
@@ -38,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = command_parser(PROG, __doc__)
     parser.add_argument("--output", required=True, help="folder for the PNG files")
     parser.add_argument("--dataset", default="", help="registered test set (default: DATASETS.TESTS[0])")
-    parser.add_argument("--query-index", type=int, nargs="+", default=[], help="query indices to show")
+    parser.add_argument("--query-index", type=comma_list(int, what="query index"), action="extend", default=[],
+                        metavar="I[,I]", help="query indices to show: a comma list, or the flag repeated")
     parser.add_argument("--worst", type=int, default=None,
                         help=f"show the N queries with the lowest AP (default {DEFAULT_WORST} "
                         "without --query-index, else 0)")

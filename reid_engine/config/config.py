@@ -11,21 +11,12 @@ from typing import Any, Dict, List, Optional
 import yaml
 from fvcore.common.config import CfgNode as _FvcoreCfgNode
 
-from ..utils.errors import ReidUserError
+from ..utils.errors import ConfigError  # defined in utils: runtime and reliability, beside config, raise it too
 from .on_off_keys import ON_OFF_KEYS
 
 BASE_KEY = "_BASE_"
 
 __all__ = ["CfgNode", "ConfigError", "did_you_mean", "load_yaml_with_bases"]
-
-
-class ConfigError(ReidUserError, KeyError, ValueError):
-    """A config problem the user can fix: an unknown key, a wrong type, a bad file."""
-
-    exit_code = 2  # a usage error (see reid_engine.utils.errors)
-
-    def __str__(self):  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 def _full_keys(node, prefix="") -> List[str]:

@@ -25,7 +25,7 @@ _C.MODEL.CHANNELS_LAST = "auto"
 # (ours) torch.compile mode, the model compiled in place (checkpoint keys unchanged): off, default,
 # reduce-overhead (CUDA graphs), max-autotune, max-autotune-no-cudagraphs, or auto (reduce-overhead
 # for CUDA training unless the architecture is eager-only; eager on the CPU). True / False (older
-# files) mean default / off. See reid_engine/modeling/compile.py.
+# files) mean default / off. See reid_engine/runtime/compile.py.
 _C.MODEL.COMPILE = "auto"
 # (ours) torch.compile backend: inductor, or a cheaper one for debugging (aot_eager, eager).
 _C.MODEL.COMPILE_BACKEND = "inductor"
@@ -35,7 +35,7 @@ _C.MODEL.COMPILE_BACKEND = "inductor"
 _C.MODEL.COMPILE_SCOPE = "auto"
 # (ours) under MODEL.COMPILE auto, compile only when the expected saving over the iterations left
 # exceeds the expected compile time (a short run or a fine-tune stays eager); False: compile whenever
-# auto may (its fallbacks still apply). See reid_engine/engine/compile_cost.py.
+# auto may (its fallbacks still apply). See reid_engine/runtime/compile_cost.py.
 _C.MODEL.COMPILE_WEIGH_COST = True
 # Checkpoint to load (eval-only, fine-tuning). Ignored when --resume finds a checkpoint.
 _C.MODEL.WEIGHTS = ""
@@ -237,12 +237,14 @@ _C.DATALOADER.ON_BAD_IMAGE = "error"
 # apply the random ops: "auto" caches when the training pipeline starts with a resize to
 # INPUT.SIZE_TRAIN and the caches of this machine's processes fit in a quarter of its available
 # memory (Market-1501 at 256x128: 1.3 GB); "on" always caches; "off" decodes every sample.
-# Samples are the same bytes either way.
+# Samples are the same bytes either way. YAML true / false mean on / off.
 _C.DATALOADER.CACHE_IMAGES = "auto"
 # (ours) Seconds the training loop waits for a batch before it ends the run with one line naming
 # the stuck loader worker, the index and path it is reading and the file with the stacks of its
 # threads (a stalled network file system, a deadlocked decoder). 0 = automatic: 10 x the slowest
-# batch a worker took so far, at least 60 s. Only with DATALOADER.NUM_WORKERS > 0.
+# batch a worker took so far, at least 60 s. The same limit bounds every other read of the run:
+# one image read by the image cache's fill, and a batch (with workers) or one image read (without)
+# of the evaluation and feature-extraction loaders (label-free hook, reid-extract).
 _C.DATALOADER.HANG_TIMEOUT = 0.0
 
 # ---------------------------------------------------------------------------- #

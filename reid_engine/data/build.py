@@ -7,6 +7,9 @@ every sample with a generator seeded from that tag; the collate stacks the batch
 ops with a generator seeded from the first tag (``collate``). Nothing random depends on the worker
 process, so the stream is the same for any ``DATALOADER.NUM_WORKERS`` and can be resumed at any
 batch. The device prefetcher is in ``prefetcher``; this module re-exports the names of all three.
+Every loader reads under the hang watchdog (DATALOADER.HANG_TIMEOUT): ``loader_watchdog`` for the
+training loader's workers, the read deadline of ``reliability.read_deadline`` for a training loader
+without workers, ``watched_loader`` for the evaluation / extraction loaders.
 """
 
 import logging
@@ -17,21 +20,23 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader
 
 from reid_engine.config import ConfigError
-from reid_engine.config.run_plan import loader_workers
+from reid_engine.reliability.read_deadline import ReadDeadline, iterate_with_deadline
+from reid_engine.runtime.run_plan import loader_workers
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
+from ..reliability.loader_watchdog import LoaderWatchdog, check_hang_timeout, install_in_worker
 from .collate import TrainCollator, collate_samples
 from .common import BAD_IMAGE_POLICIES, ImageItemSet, TrainImageSet
 from .datasets import DatasetFormatError, get_dataset, is_video_dataset, merge_train_sets, resolve_data_root
 from .datasets.catalog import dataset_class
 from .image_cache import CACHE_CHOICES, build_image_cache
-from .loader_watchdog import LoaderWatchdog, check_hang_timeout, install_in_worker
 from .prefetcher import DevicePrefetcher
 from .samplers import SAMPLER_REGISTRY, InferenceSampler, InfiniteSampler
 from .tracklets import SAMPLE_METHODS, TRAIN_SAMPLE_METHODS, TrackletItemSet, TrainTrackletSet, is_tracklet_item
 from .train_sampling import StreamBatchSampler, build_train_sampler, check_stream_resume, per_worker_batch
 from .transforms import build_transforms
+from .watched_loader import WatchedDataLoader, shutdown_workers
 
 __all__ = ["build_reid_train_loader", "build_reid_test_loader", "build_reid_inference_loader", "check_data_config",
            "TrainLoader", "build_tracklet_inference_loader", "check_tracklet_config",
@@ -57,9 +62,10 @@ def _loader_kwargs(num_workers: int) -> Dict[str, Any]:
     return kwargs
 
 
-def _test_loader_kwargs(cfg) -> Dict[str, Any]:
-    """DataLoader arguments of the evaluation / extraction loaders (the run plan's loader workers)."""
-    return _loader_kwargs(loader_workers(cfg))
+def _test_loader_kwargs(cfg, what: str) -> Dict[str, Any]:
+    """WatchedDataLoader arguments of the evaluation / extraction loaders (the run plan's loader
+    workers, DATALOADER.HANG_TIMEOUT; ``what``: a batch, as the hang error names it)."""
+    return dict(_loader_kwargs(loader_workers(cfg)), hang_timeout=cfg.DATALOADER.HANG_TIMEOUT, what=what)
 
 
 class BadImageLog:
@@ -108,9 +114,10 @@ class TrainLoader:
         sampler: the training sampler (its ``seed`` is the stream seed).
         batch_size: samples per batch on this rank.
         collate: the collate function.
-        num_workers: loader worker processes (0 = decode in the main process).
-        hang_timeout: seconds without a batch before a hung worker ends the run (0 = automatic;
-            DATALOADER.HANG_TIMEOUT, see data.loader_watchdog).
+        num_workers: loader worker processes (0 = decode in the main process, in a daemon thread one
+            batch ahead under the read deadline).
+        hang_timeout: seconds without a batch before a hung worker ends the run, or that one read may
+            take without workers (0 = automatic; DATALOADER.HANG_TIMEOUT, see reliability.loader_watchdog).
     """
 
     def __init__(self, dataset: TrainImageSet, sampler: InfiniteSampler, batch_size: int,
@@ -133,6 +140,9 @@ class TrainLoader:
         loader = DataLoader(self.dataset, batch_sampler=StreamBatchSampler(self.sampler,
                                                                            self.batch_size),
                             collate_fn=self.collate, **kwargs)
+        if self.num_workers == 0:  # a daemon thread reads, so that a read that never returns ends the run
+            return iterate_with_deadline(iter(loader), ReadDeadline(self.hang_timeout, what="a training batch"),
+                                         name="data-loader")
         return iter(loader)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
@@ -176,11 +186,9 @@ class TrainLoader:
         self._num_batches = int(state["num_batches"])
 
     def close(self) -> None:
-        """Stop the worker processes (a later iteration starts new ones where it left off)."""
+        """Stop the worker processes or the reader thread (a later iteration starts new ones where it left off)."""
         iterator, self._iterator = self._iterator, None
-        shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's multi-process iterator
-        if shutdown is not None:
-            shutdown()
+        shutdown_workers(iterator)
 
 
 def check_data_config(cfg) -> None:
@@ -319,15 +327,16 @@ def build_tracklet_inference_loader(cfg, items: Sequence[Tuple[Tuple[str, ...], 
         items: every ``(frame paths, pid, camid)`` of the job, in order.
         transform: the frame pipeline (default: `build_transforms(cfg, is_train=False)`).
     Returns:
-        DataLoader of ``{"images", "targets", "camids", "img_paths"}`` batches.
+        a :class:`WatchedDataLoader` (a read stuck past DATALOADER.HANG_TIMEOUT ends it in one line) of
+        ``{"images", "targets", "camids", "img_paths"}`` batches.
     """
     check_tracklet_config(cfg)
     method = cfg.TEST.SAMPLE_METHOD
     batch_size = 1 if method == "all" else max(1, cfg.TEST.IMS_PER_BATCH // comm.get_world_size())
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     dataset = TrackletItemSet(items, pipeline, cfg.INPUT.SEQ_LEN, method)
-    return DataLoader(dataset, batch_sampler=BatchSampler(InferenceSampler(len(items)), batch_size, drop_last=False),
-                      collate_fn=collate_samples, **_test_loader_kwargs(cfg))
+    return WatchedDataLoader(dataset, batch_sampler=BatchSampler(InferenceSampler(len(items)), batch_size, drop_last=False),
+                             collate_fn=collate_samples, **_test_loader_kwargs(cfg, "batch of tracklets"))
 
 
 def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
@@ -348,7 +357,8 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
             when it holds the pipeline's prefix (e.g. the training cache, for the label-free
             hook's extraction), or None.
     Returns:
-        DataLoader of `{"images", "targets", "camids", "img_paths"}` batches.
+        a :class:`WatchedDataLoader` (a read stuck past DATALOADER.HANG_TIMEOUT ends it in one line) of
+        `{"images", "targets", "camids", "img_paths"}` batches.
     """
     if len(items) and is_tracklet_item(items[0]):
         return build_tracklet_inference_loader(cfg, items, transform)
@@ -356,6 +366,6 @@ def build_reid_inference_loader(cfg, items: Sequence[Tuple[str, int, int]],
     sampler = InferenceSampler(len(items))
     pipeline = transform if transform is not None else build_transforms(cfg, is_train=False)
     # Test loaders run now and then; non-persistent workers free their memory in between.
-    return DataLoader(ImageItemSet(items, pipeline, name=name, cache=cache),
-                      batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
-                      collate_fn=collate_samples, **_test_loader_kwargs(cfg))
+    return WatchedDataLoader(ImageItemSet(items, pipeline, name=name, cache=cache),
+                             batch_sampler=BatchSampler(sampler, batch_size, drop_last=False), collate_fn=collate_samples,
+                             **_test_loader_kwargs(cfg, f"batch of {name}" if name else "batch of images"))

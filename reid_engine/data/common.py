@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
+from ..reliability.read_deadline import reading
 from ..utils.errors import ReidUserError
 
 __all__ = ["ImageReadError", "read_image", "decode_scale", "ImageItemSet", "TrainImageSet", "sample_rng", "BAD_IMAGE_POLICIES"]
@@ -53,13 +54,14 @@ def read_image(path: str, draft_size: Optional[Tuple[int, int]] = None) -> Image
         ImageReadError: the file cannot be opened or decoded (one line naming the path).
     """
     try:
-        img = Image.open(path)
-        scale = 1
-        if draft_size is not None and img.format == "JPEG":
-            width = img.width
-            if img.draft("RGB", draft_size) is not None:
-                scale = max(1, round(width / img.width))
-        img.load()  # decodes now (so errors surface here) and closes the file
+        with reading(path):  # a read that never returns is named by the read deadlines (reliability)
+            img = Image.open(path)
+            scale = 1
+            if draft_size is not None and img.format == "JPEG":
+                width = img.width
+                if img.draft("RGB", draft_size) is not None:
+                    scale = max(1, round(width / img.width))
+            img.load()  # decodes now (so errors surface here) and closes the file
         img = img if img.mode == "RGB" else img.convert("RGB")  # convert copies `info`
         if scale > 1:
             img.info[_DECODE_SCALE] = scale

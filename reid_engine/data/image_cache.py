@@ -5,7 +5,8 @@ same pixels every epoch: only the random ops after it (pad-crop, flip, erasing, 
 The cache holds every training image after the pipeline's deterministic prefix
 (:meth:`AugmentationPipeline.prefix`: decode, resize) in one uint8 tensor. It is filled in the
 main process before the loader workers start, by a pool of threads (Pillow releases the GIL
-while it decodes and resizes), and never written afterwards: forked workers share its pages,
+while it decodes and resizes) under the read deadline of DATALOADER.HANG_TIMEOUT (a read that
+never returns ends the fill with one line naming the file), and never written afterwards: forked workers share its pages,
 spawned ones receive it through torch's shared memory. A cached sample is byte-identical to
 a decoded one, so the training stream does not depend on the setting.
 """
@@ -13,16 +14,18 @@ a decoded one, so the training stream does not depend on the setting.
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
 from reid_engine.config import ConfigError
+from reid_engine.config.on_off_keys import ON_OFF_CHOICES
+from reid_engine.reliability.read_deadline import ReadDeadline, map_with_deadline
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 
+from ..reliability.loader_watchdog import check_hang_timeout
 from .common import ImageReadError, decode_scale, read_image
 
 __all__ = ["ImageCache", "build_image_cache", "CACHE_CHOICES", "available_memory"]
@@ -30,7 +33,7 @@ __all__ = ["ImageCache", "build_image_cache", "CACHE_CHOICES", "available_memory
 logger = logging.getLogger(__name__)
 
 #: DATALOADER.CACHE_IMAGES values
-CACHE_CHOICES = ("auto", "on", "off")
+CACHE_CHOICES = ON_OFF_CHOICES
 #: ``auto`` caches when the caches of all processes of this machine fit in this share of the
 #: memory available when the loader is built
 AUTO_MEMORY_SHARE = 0.25
@@ -107,7 +110,7 @@ class ImageCache:
         view.flags.writeable = False  # an op that wrote in place would corrupt every later epoch
         return view
 
-    def fill(self, pipeline, num_threads: int = 0, label: str = "training images") -> None:
+    def fill(self, pipeline, num_threads: int = 0, label: str = "training images", hang_timeout: float = 0.0) -> None:
         """Decode every image and apply ``pipeline.prefix``, with progress lines (``pipeline``
         must be one the cache :meth:`serves`).
 
@@ -118,6 +121,9 @@ class ImageCache:
             pipeline: the training :class:`AugmentationPipeline` (its prefix gives ``size``).
             num_threads: decoding threads (0: one per CPU core this process may use).
             label: what the progress lines call the images.
+            hang_timeout: seconds one read may take (DATALOADER.HANG_TIMEOUT; 0 = automatic).
+        Raises:
+            ReadHangError: a read did not return within the limit (one line naming the file).
         """
         paths = list(self.slots)
         total = len(paths)
@@ -127,14 +133,15 @@ class ImageCache:
         start = last_report = time.perf_counter()
         done = unreadable = reduced = 0
         chunks = [range(i, min(i + _CHUNK, total)) for i in range(0, total, _CHUNK)]
-        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="image-cache") as pool:
-            for count, failed, drafted in pool.map(lambda chunk: self._fill_chunk(paths, chunk, pipeline), chunks):
-                done, unreadable, reduced = done + count, unreadable + failed, reduced + drafted
-                now = time.perf_counter()
-                if now - last_report >= PROGRESS_SECONDS and done < total:
-                    last_report = now
-                    logger.info("Image cache: decoded %s / %s %s (%.0f s, ETA %.0f s)", f"{done:,}",
-                                f"{total:,}", label, now - start, (now - start) / done * (total - done))
+        deadline = ReadDeadline(hang_timeout, what="the decoded-image cache")
+        for count, failed, drafted in map_with_deadline(lambda chunk: self._fill_chunk(paths, chunk, pipeline), chunks,
+                                                        threads, deadline, name="image-cache"):
+            done, unreadable, reduced = done + count, unreadable + failed, reduced + drafted
+            now = time.perf_counter()
+            if now - last_report >= PROGRESS_SECONDS and done < total:
+                last_report = now
+                logger.info("Image cache: decoded %s / %s %s (%.0f s, ETA %.0f s)", f"{done:,}",
+                            f"{total:,}", label, now - start, (now - start) / done * (total - done))
         self.full_size_decodes = reduced == 0
         seconds = time.perf_counter() - start
         logger.info("Image cache: %s %s decoded and resized to %dx%d once, %.0f MB in memory (%.1f s, %d threads)%s",
@@ -176,6 +183,7 @@ def build_image_cache(cfg, paths: Sequence[str], pipeline) -> Optional[ImageCach
     Raises:
         UnknownChoiceError: DATALOADER.CACHE_IMAGES is not auto, on or off.
         ConfigError: ``on`` with a pipeline whose first ops do not give every image one size.
+        ReadHangError: a read did not return within DATALOADER.HANG_TIMEOUT (one line naming the file).
     """
     mode = check_choice(cfg.DATALOADER.CACHE_IMAGES, CACHE_CHOICES, "DATALOADER.CACHE_IMAGES")
     if mode == "off" or not paths:
@@ -198,5 +206,5 @@ def build_image_cache(cfg, paths: Sequence[str], pipeline) -> Optional[ImageCach
                     needed / 2 ** 30, round(100 * AUTO_MEMORY_SHARE), room)
         return None
     cache = ImageCache(paths, pipeline)
-    cache.fill(pipeline)
+    cache.fill(pipeline, hang_timeout=check_hang_timeout(cfg.DATALOADER.HANG_TIMEOUT))
     return cache

@@ -14,7 +14,7 @@ from typing import List, Sequence
 import numpy as np
 
 from reid_engine.config import ConfigError
-from reid_engine.config.run_plan import loader_workers
+from reid_engine.runtime.run_plan import loader_workers
 from reid_engine.utils import comm
 from reid_engine.utils.registry import check_choice
 

@@ -3,23 +3,21 @@
 Each layer owns the check of its keys (the same lookups its builders use); this module
 only runs them together, so a wrong name fails in milliseconds with one line naming
 the key, the accepted values and the closest match, and leaves OUTPUT_DIR untouched.
-It checks itself only the keys of the training loop (the checkpoint schedule, the PSEUDO.*
-values of the label-free loop).
+The keys no other package owns (the checkpoint schedule, the PSEUDO.* values of the label-free
+loop) are checked by ``config.value_checks``.
 """
-from typing import Optional
-
-from ..config import CfgNode, ConfigError
-from ..config.run_plan import check_plan_config
+from ..config import CfgNode
+from ..config.value_checks import check_checkpoint_config, check_pseudo_values
 from ..data.build import check_data_config
 from ..data.pseudo_labels import check_pseudo_loader_config
 from ..evaluation.distance import check_metric
+from ..integrations.mlflow import check_mlflow_config
 from ..modeling.meta_arch.build import check_model_config
 from ..modeling.meta_arch.cluster_contrast import check_label_free_architecture
+from ..runtime.run_plan import check_plan_config
 from ..solver.lr_scheduler import check_lr_scheduler_config
 from ..solver.optimizer import check_optimizer_config
-from ..utils.checkpoint import CheckpointScheduleError
 from ..utils.file_io import check_writable_dir
-from .mlflow_tracking import check_mlflow_config
 
 __all__ = ["check_config_values"]
 
@@ -48,54 +46,10 @@ def check_config_values(cfg: CfgNode) -> None:
     check_optimizer_config(cfg)
     check_lr_scheduler_config(cfg)
     check_metric(cfg.TEST.METRIC)
-    _check_pseudo_values(cfg)
+    check_pseudo_values(cfg)
     check_label_free_architecture(cfg)
     check_pseudo_loader_config(cfg)
-    _check_checkpoint_config(cfg)
+    check_checkpoint_config(cfg)
     check_mlflow_config(cfg)
     if cfg.OUTPUT_DIR:
         check_writable_dir(cfg.OUTPUT_DIR, "OUTPUT_DIR")
-
-
-def _check_checkpoint_config(cfg: CfgNode) -> None:
-    keep = cfg.SOLVER.CHECKPOINT_MAX_TO_KEEP
-    if not isinstance(keep, int) or keep < 0:
-        raise CheckpointScheduleError(
-            f"SOLVER.CHECKPOINT_MAX_TO_KEEP must be >= 0, got {keep}: 0 keeps every periodic checkpoint, "
-            "N keeps the newest N")
-
-
-def _positive(value, key: str, integer: bool = False, upper: Optional[float] = None) -> None:
-    """Raise a one-line ConfigError unless `value` is a positive number (integer), below `upper` if given."""
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0 or (upper is not None and value >= upper):
-        bound = f" and below {upper}" if upper is not None else ""
-        raise ConfigError(f"{key} must be a positive {'integer' if integer else 'number'}{bound}, got {value!r}")
-
-
-def _check_pseudo_values(cfg: CfgNode) -> None:
-    """Check the PSEUDO.* values, also when PSEUDO.ENABLED is off (what the label-free loop, the
-    clustering and the memories read); the loader and the architecture check theirs when it is on."""
-    p = cfg.PSEUDO
-    _positive(p.PERIOD, "PSEUDO.PERIOD", integer=True)
-    if isinstance(p.ITERS_PER_EPOCH, bool) or not isinstance(p.ITERS_PER_EPOCH, int) or p.ITERS_PER_EPOCH < 0:
-        raise ConfigError(f"PSEUDO.ITERS_PER_EPOCH must be an integer >= 0 (0: images // SOLVER.IMS_PER_BATCH), "
-                          f"got {p.ITERS_PER_EPOCH!r}")
-    _positive(p.EPS, "PSEUDO.EPS (a Jaccard distance)", upper=1.0)
-    for key in ("MIN_SAMPLES", "K1", "K2"):
-        _positive(p[key], f"PSEUDO.{key}", integer=True)
-    if p.K2 > p.K1:
-        raise ConfigError(f"PSEUDO.K2 ({p.K2}) must not exceed PSEUDO.K1 ({p.K1}): the query expansion uses the "
-                          "k-reciprocal neighbours")
-    if isinstance(p.CHUNK_SIZE, bool) or not isinstance(p.CHUNK_SIZE, int) or p.CHUNK_SIZE < 0:
-        raise ConfigError(f"PSEUDO.CHUNK_SIZE must be an integer >= 0 (0: automatic), got {p.CHUNK_SIZE!r}")
-    for node in ("MEMORY", "CAMERA_PROXY"):
-        _positive(p[node].TEMP, f"PSEUDO.{node}.TEMP")
-        momentum = p[node].MOMENTUM
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ConfigError(f"PSEUDO.{node}.MOMENTUM must be in [0, 1), got {momentum!r}")
-    cam = p.CAMERA_PROXY
-    if isinstance(cam.HARD_NEGATIVES, bool) or not isinstance(cam.HARD_NEGATIVES, int) or cam.HARD_NEGATIVES < 0:
-        raise ConfigError(f"PSEUDO.CAMERA_PROXY.HARD_NEGATIVES must be an integer >= 0, got {cam.HARD_NEGATIVES!r}")
-    if isinstance(cam.WEIGHT, bool) or not isinstance(cam.WEIGHT, (int, float)) or cam.WEIGHT < 0:
-        raise ConfigError(f"PSEUDO.CAMERA_PROXY.WEIGHT must be >= 0, got {cam.WEIGHT!r}")

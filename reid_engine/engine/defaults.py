@@ -5,6 +5,7 @@ classmethods are the override points for research code.
 """
 import logging
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -12,7 +13,6 @@ from typing import Dict, List, Optional
 import torch
 
 from ..config import CfgNode
-from ..config.run_plan import RunPlan, build_run_plan, freezes_layers
 from ..data import DevicePrefetcher, build_batch_augmentation, build_reid_test_loader, build_reid_train_loader
 from ..data.pseudo_labels import build_pseudo_train_loader
 from ..evaluation import (
@@ -23,21 +23,25 @@ from ..evaluation import (
     log_result_checks,
     print_csv_format,
 )
+from ..inference.rank_vis import RANK_VIS_FILE, write_rank_vis
+from ..integrations.mlflow import MLflowWriter
 from ..modeling import build_model
+from ..reliability.preemption import TrainingPreempted, requested_signal
+from ..runtime import compile_cost
+from ..runtime.compiled import is_compiled
+from ..runtime.run_plan import RunPlan, build_run_plan, freezes_layers
 from ..solver import build_lr_scheduler, build_optimizer
 from ..utils import comm
 from ..utils.checkpoint import Checkpointer
-from ..utils.compiled import is_compiled
 from ..utils.errors import UsageError
 from ..utils.logger import setup_logger
-from . import compile_cost, hooks, scaling
-from .compile_guard import CompileGuard
+from . import hooks, scaling
 from .ddp import create_ddp_model, model_device
+from .hooks import CompileGuard
 from .hooks.pseudo_labels import PseudoLabeler
-from .mlflow_tracking import MLflowWriter
-from .rank_vis import write_rank_vis
 from .setup import default_setup, default_writers
 from .train_loop import AMPTrainer, SimpleTrainer, TrainerBase
+from .trainer_base import TrainingStopped
 
 __all__ = [
     "default_setup",
@@ -47,6 +51,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+MLFLOW_ARTIFACTS = ("config.yaml", "metrics.json", RANK_VIS_FILE, "log.txt")  # a run's files in its MLflow run
+
+
+def stopped_on_purpose() -> bool:
+    """Whether the training now ending was stopped on purpose (a stop signal, a pruned trial), not by a failure."""
+    return isinstance(sys.exc_info()[1], (TrainingPreempted, TrainingStopped)) or bool(requested_signal())
 
 #: iterations between log lines / metric writes, and between loss fetches from the device
 LOG_PERIOD = 20
@@ -179,6 +190,14 @@ class DefaultTrainer(TrainerBase):
         """Fetch, check and write the losses the step trainer staged on the device."""
         self._trainer.flush_metrics()
 
+    def step_may_be_long(self) -> bool:
+        """The step trainer's (SimpleTrainer.step_may_be_long)."""
+        return self._trainer.step_may_be_long()
+
+    def step_snapshot(self):
+        """The step trainer's (SimpleTrainer.step_snapshot)."""
+        return self._trainer.step_snapshot()
+
     def train(self) -> Optional[Dict]:
         """Train from `start_iter` to `max_iter`; verify TEST.EXPECTED_RESULTS.
 
@@ -283,7 +302,8 @@ class DefaultTrainer(TrainerBase):
         writers = default_writers(self.cfg.OUTPUT_DIR, self.max_iter, self.plan.device)
         if self.cfg.MLFLOW.ENABLED and comm.is_main_process():
             trainer = weakref.proxy(self)  # the writer asks at its first write whether this run resumed
-            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0))
+            writers.append(MLflowWriter(self.cfg, self.max_iter, resumed=lambda: trainer.start_iter > 0,
+                                        stopped_on_purpose=stopped_on_purpose, artifacts=MLFLOW_ARTIFACTS))
         return writers
 
     # ------------------------------------------------------------------ builders
@@ -296,7 +316,7 @@ class DefaultTrainer(TrainerBase):
     @classmethod
     def build_compile_guard(cls, plan: RunPlan, model: torch.nn.Module, cfg: Optional[CfgNode] = None) -> CompileGuard:
         """The guard that runs the (compiled) steps and evaluations, with the plan's compile mode;
-        with `cfg`, it keeps and reads the compile record of this recipe (``engine.compile_cost``),
+        with `cfg`, it keeps and reads the compile record of this recipe (``runtime.compile_cost``),
         weighs the compile cost under auto unless MODEL.COMPILE_WEIGH_COST is off, and knows when
         frozen layers are released (SOLVER.FREEZE_ITERS)."""
         mode = plan.compile_mode if is_compiled(model) else "off"  # an overridden build_model may not compile

@@ -18,22 +18,18 @@ setting up ``torch.distributed``. Worker failures never leave a job hanging:
 Signals: the launcher of spawned workers passes SIGTERM / SIGUSR1 / SIGINT on to its
 workers through a shared flag (they save a checkpoint after their current step and stop;
 a worker compiling or evaluating has its main thread signalled by its own watcher of the
-flag, so that the main worker stops at once, see ``engine.preemption``; a worker still
+flag, so that the main worker stops at once, see ``reliability.preemption``; a worker still
 starting up is never signalled); a second signal stops them at once.
 
 End: a spawned worker whose `main` returned waits for its peers (a barrier), tears the
 process groups down and ends with status 0 without interpreter finalization (see
-`_end_worker`), so a worker that finished its work never dies of a signal at exit.
+``reliability.rendezvous.end_worker``), so a worker that finished its work never dies of a signal at exit.
 """
-import atexit
-import contextlib
 import logging
 import os
 import pickle
-import sys
-import threading
 from datetime import timedelta
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -41,8 +37,15 @@ import torch.multiprocessing as mp
 
 from reid_engine.utils import comm
 
-from . import preemption
-from .rendezvous import RendezvousError, check_default_port_free, default_dist_url, find_free_port, join_process_group
+from ..reliability import preemption
+from ..reliability.rendezvous import (
+    RendezvousError,
+    check_default_port_free,
+    default_dist_url,
+    end_worker,
+    find_free_port,
+    join_process_group,
+)
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_RENDEZVOUS_TIMEOUT_S", "RendezvousError", "launch", "default_dist_url",
            "launched_by_torchelastic"]
@@ -101,33 +104,6 @@ def _shutdown() -> None:
     comm.destroy_process_group()
 
 
-def _end_worker() -> NoReturn:
-    """End a spawned worker that finished its work and tore down: status 0, no interpreter finalization.
-
-    ``destroy_process_group`` stops gloo's threads only when nothing else refers to the group,
-    and a DDP model does (so does any group user code keeps). The threads then live into
-    interpreter finalization, where one that is still releasing a finished collective (a
-    barrier keeps the collectives before it) drops the last reference to a tensor that owns
-    a Python object, must take the GIL, and is ended by Python with pthread_exit inside a
-    C++ destructor: std::terminate ("terminate called without an active exception"),
-    SIGABRT. tools/benchmarks/stress_gloo_teardown.py counts these aborts.
-
-    So the worker does here what a normal exit does while the interpreter is whole (join its
-    non-daemon threads, run the atexit handlers: logging.shutdown, the log files,
-    multiprocessing's finalizers; flush stdout and stderr), then ``os._exit(0)`` ends the
-    threads that remain with the process.
-    """
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a closed or broken stream must not turn success into failure
-            stream.flush()
-    os._exit(0)
-
-
 def _run_under_torchrun(main_func: Callable, args: Sequence[Any], backend: str, timeout: timedelta) -> None:
     """torchrun started this process: join via env:// and run `main` here."""
     world_size = int(os.environ["WORLD_SIZE"])
@@ -180,7 +156,7 @@ def _distributed_worker(
     # destroy_process_group with peers mid-collective could block.
     main_func(*args)
     _shutdown()
-    _end_worker()
+    end_worker()
 
 
 def _check_picklable(main_func: Callable, args: Sequence[Any]) -> None:

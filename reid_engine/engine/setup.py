@@ -11,10 +11,11 @@ from typing import Optional, Union
 import torch
 
 from ..config import CfgNode, warn_inert_keys
+from ..integrations.event_writers import JSONWriter, TensorboardXWriter
 from ..utils import comm
 from ..utils.collect_env import collect_env_info
 from ..utils.env import seed_all_rng
-from ..utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+from ..utils.events import CommonMetricPrinter
 from ..utils.file_io import atomic_write_text, ensure_writable_dir, ignore_file_size_signal, write_failure
 from ..utils.logger import HIGHLIGHT, check_log_writes, setup_run_logging
 from .config_checks import check_config_values

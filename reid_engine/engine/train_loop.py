@@ -2,12 +2,11 @@
 losses, one loader, one optimizer) and :class:`AMPTrainer` (the same under mixed precision).
 
 The hook contract and the loop itself are ``engine.trainer_base``'s (re-exported here); the
-precision a run uses is the run plan's decision (``config.run_plan.amp_decision``).
+precision a run uses is the run plan's decision (``runtime.run_plan.amp_decision``).
 """
 
 import contextlib
 import logging
-import sys
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -15,15 +14,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config.run_plan import AMP_DTYPE_NAMES, AmpDecision, amp_decision, resolve_amp_dtype
+from ..reliability.step_guards import StepSnapshot
+from ..runtime.run_plan import AMP_DTYPE_NAMES, AmpDecision, amp_decision, resolve_amp_dtype
 from ..utils import comm
 from ..utils.env import get_rng_states, set_rng_states
 from ..utils.errors import ReidUserError
 from ..utils.events import get_event_storage
-from . import preemption
-from .trainer_base import HookBase, TrainerBase
+from .trainer_base import HookBase, StepWrapper, TrainerBase
 
-__all__ = ["HookBase", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",
+__all__ = ["HookBase", "StepWrapper", "TrainerBase", "SimpleTrainer", "AMPTrainer", "NonFiniteLossError", "write_metrics",
            "AMP_DTYPE_NAMES", "resolve_amp_dtype"]
 
 logger = logging.getLogger(__name__)
@@ -42,47 +41,6 @@ def _model_device_type(model: nn.Module) -> str:
     return "cpu"
 
 
-class _StepSnapshot:
-    """What a training step changes before its optimizer step, taken before it fetches its
-    batch, so that an interrupted step can be undone (:meth:`SimpleTrainer.run_step`).
-
-    That is the model's buffers (the BatchNorm statistics the forward pass updates), every
-    RNG, the data stream's position, the batched augmentation's draws and the staged losses.
-    The parameters and the optimizer's state change only in the optimizer step, which is out
-    of the interruptible part; the gradients are not part of any checkpoint. Only the steps
-    that may be long take one (a few copies of small tensors; a compiled model's steady steps
-    take none).
-    """
-
-    def __init__(self, trainer: "SimpleTrainer"):
-        self.buffers = list(trainer.model.buffers())
-        self.saved = [b.detach().clone() for b in self.buffers]
-        self.rng = get_rng_states()
-        self.stream = trainer.data_loader.state_dict() if hasattr(trainer.data_loader, "state_dict") else None
-        self.augment = trainer.batch_augment.state_dict() if trainer.batch_augment is not None else None
-        self.staged, self.loss_names = list(trainer._staged), trainer._loss_names
-
-    def restore(self, trainer: "SimpleTrainer") -> None:
-        """Put `trainer` back in the state of the snapshot (its checkpoint is then that of the
-        previous iteration). The data stream cannot rewind once started, so its position only
-        enters the trainer's state_dict; the stop ends the run anyway."""
-        if self.buffers:
-            with torch.no_grad():
-                torch._foreach_copy_(self.buffers, self.saved)
-        set_rng_states(self.rng)
-        trainer._stream_at_stop = self.stream
-        if self.augment is not None:
-            trainer.batch_augment.load_state_dict(self.augment)
-        trainer._staged, trainer._loss_names = self.staged, self.loss_names
-
-
-def _compile_count() -> int:
-    """Graphs torch.compile has compiled in this process (dynamo's own counter; 0 before
-    anything imported dynamo)."""
-    utils = sys.modules.get("torch._dynamo.utils")
-    return int(utils.counters["stats"]["unique_graphs"]) if utils is not None else 0
-
-
 class SimpleTrainer(TrainerBase):
     """Trainer for the common case: one model returning a dict of losses, one data
     loader, one optimizer.
@@ -91,12 +49,11 @@ class SimpleTrainer(TrainerBase):
     sum, check it is finite, zero_grad, backward, ``after_backward`` hooks, write
     metrics, ``optimizer.step()``.
 
-    A compiled model's step that may be long (:meth:`_step_may_be_long`: compiling,
-    recording CUDA graphs) runs interruptible up to its optimizer step
-    (``engine.preemption.interruptible``): a stop signal ends it at once, the trainer puts
-    back what the step changed (:class:`_StepSnapshot`) and the run stops with the
-    checkpoint of the previous iteration. Eager steps and a compiled model's steady steps
-    run as before: a signal during them stops the run after the step.
+    A compiled model's step that may be long (:meth:`step_may_be_long`: compiling, recording
+    CUDA graphs) is interruptible up to its optimizer step: the loop's step wrapper
+    (``reliability.step_guards.InterruptibleSteps``) ends it at once on a stop signal and undoes
+    it (:meth:`step_snapshot`). Eager steps and a compiled model's steady steps run as they are:
+    a signal during them stops the run after the step.
     """
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
@@ -131,9 +88,8 @@ class SimpleTrainer(TrainerBase):
         # (iteration, device tensor of the loss values, data time) per step since the last flush
         self._staged: List[tuple] = []
         self._loss_names: Optional[List[str]] = None
-        # Runs the steps of a compiled model (engine/compile_guard.py); None: steps run directly.
+        # Runs the steps of a compiled model (runtime/compile_guard.py); None: steps run directly.
         self.compile_guard = None
-        self._compiles_at_step: Optional[int] = None  # torch.compile's count at the last compiled step's start
         self._stream_at_stop: Optional[dict] = None  # the stream position of an interrupted step's start
 
     @property
@@ -162,48 +118,10 @@ class SimpleTrainer(TrainerBase):
         self.optimizer.step()
 
     def run_step(self) -> None:
-        """Run one training iteration (interruptible when it may be long, see the class doc).
-
-        Raises:
-            TrainingPreempted: a stop signal interrupted the step; the checkpoint of the
-                previous iteration is saved (by the Preemption hook).
-        """
+        """Run one training iteration: fetch a batch, augment it, train on it, write metrics when due."""
         if not self.model.training:
             raise RuntimeError("SimpleTrainer: the model is in eval mode; call model.train() before training")
         self._stream_at_stop = None
-        if not self._step_may_be_long():
-            self._fetch_and_train()
-            return
-        # Only where the region is interruptible (one process, a job's main worker) is there a
-        # stop to undo the step for; the other workers' regions only watch (preemption module doc).
-        snapshot = _StepSnapshot(self) if preemption.can_interrupt() else None
-        try:
-            with preemption.interruptible("the training step"):
-                self._fetch_and_train()  # the region ends before the optimizer step (train_on_batch)
-        except preemption.StopInterrupt as stop:
-            snapshot.restore(self)
-            raise preemption.stop_interrupted(stop, self.iter - 1) from stop
-
-    def _step_may_be_long(self) -> bool:
-        """Whether this step may last long enough to be worth interrupting (and a snapshot).
-
-        Compilation and graph capture happen in a compiled model's steps: while the compile
-        guard warms up (the first compiled steps: compilation, CUDA graphs' warm-up and
-        recording), in the first compiled step of a process, and in the step after one in
-        which torch.compile compiled (a recompilation; CUDA graphs record in the call after a
-        compilation; an evaluation may have compiled too). A recompilation that comes
-        unannounced in steady training (a guard failing) is not covered: a stop waits for
-        that step, as for every eager step.
-        """
-        guard = self.compile_guard
-        if guard is None or not guard.active or not preemption.handling_stops():
-            return False
-        compiles, last = _compile_count(), self._compiles_at_step
-        self._compiles_at_step = compiles
-        return guard.warming_up or last is None or compiles != last
-
-    def _fetch_and_train(self) -> None:
-        """Fetch a batch, augment it, train on it (through the compile guard), write metrics when due."""
         start = time.perf_counter()
         data = next(self._data_loader_iter)
         data_time = time.perf_counter() - start
@@ -216,13 +134,27 @@ class SimpleTrainer(TrainerBase):
         if (self.iter + 1) % self.gather_metric_period == 0:
             self.flush_metrics()
 
+    def step_may_be_long(self) -> bool:
+        """Whether this step may be long (its compile guard compiles or records CUDA graphs)."""
+        return self.compile_guard is not None and self.compile_guard.step_may_be_long()
+
+    def step_snapshot(self) -> Callable[[], None]:
+        """Take what this step changes before its optimizer step (buffers, RNG, the stream's position,
+        the augmentation's draws, a gradient scaler, the staged losses); returns its undo."""
+        snapshot = StepSnapshot(self.model, self.data_loader, [self.batch_augment, getattr(self, "grad_scaler", None)])
+        staged, loss_names = list(self._staged), self._loss_names
+
+        def undo() -> None:
+            self._stream_at_stop = snapshot.restore()
+            self._staged, self._loss_names = staged, loss_names
+        return undo
+
     def train_on_batch(self, data, data_time: float) -> None:
         """Forward, backward and optimizer step on one fetched batch; its losses are staged.
 
         Safe to call again on the same batch when it raised before the optimizer step (the
         gradients are zeroed before the backward pass, and a redone step replaces its staged losses).
-        An interruptible step's region ends before the optimizer step: an override must end it
-        there too (``preemption.end_interruptible()``), as the weights change from there on.
+        An override keeps a long step interruptible up to its optimizer step without doing anything.
         """
         if self.zero_grad_before_forward:
             self.optimizer.zero_grad()
@@ -238,7 +170,6 @@ class SimpleTrainer(TrainerBase):
             self.optimizer.zero_grad()
         self._backward(losses)
         self.after_backward()
-        preemption.end_interruptible()  # from here on the step changes the weights: it must finish
         self._optimizer_step()
 
     def _stage_metrics(self, loss_dict: Mapping[str, torch.Tensor], data_time: float) -> None:
@@ -345,7 +276,7 @@ class AMPTrainer(SimpleTrainer):
     gradient scaling for float16 (bfloat16 needs none). On CPU only bfloat16 is used, and with
     precision "auto" only where the CPU computes it natively (AVX512-BF16 or AMX): elsewhere
     autocast would be emulated and much slower than float32, so the steps run in float32
-    (``self.autocast_enabled`` is False) and the log says so (``config.run_plan.amp_decision``)."""
+    (``self.autocast_enabled`` is False) and the log says so (``runtime.run_plan.amp_decision``)."""
 
     def __init__(self, model: nn.Module, data_loader: Iterable, optimizer: torch.optim.Optimizer,
                  gather_metric_period: int = 1, zero_grad_before_forward: bool = False,

@@ -3,18 +3,21 @@
 The order of hook calls and what the trainer's state dict holds (for exact resume) are the
 contract every trainer and hook builds on; the step itself is ``engine.train_loop``'s.
 """
+import contextlib
+import functools
 import logging
 import weakref
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Protocol
 
 import torch
 
+from ..reliability import preemption
+from ..reliability.preemption import TrainingPreempted
+from ..reliability.step_guards import default_step_wrappers
 from ..utils.errors import ReidUserError
 from ..utils.events import EventStorage
-from . import loader_faults, preemption
-from .preemption import TrainingPreempted
 
-__all__ = ["HookBase", "TrainerBase", "TrainingStopped"]
+__all__ = ["HookBase", "StepWrapper", "TrainerBase", "TrainingStopped"]
 
 # The name these lines have had in log.txt since the loop lived in train_loop.py.
 logger = logging.getLogger("reid_engine.engine.train_loop")
@@ -75,6 +78,22 @@ class HookBase:
         """Restore a state returned by :meth:`state_dict`."""
 
 
+class StepWrapper(Protocol):
+    """Machinery composed around the loop from outside it, called at three fixed points of
+    :meth:`TrainerBase.train`: ``watch(trainer)`` before the hooks' ``before_train`` (what it returns
+    is called after their ``after_train``); ``run_step(trainer, step)`` runs ``step`` (``run_step``)
+    each iteration, the first of ``trainer.step_wrappers`` outermost; ``failure(trainer, exc)``: the
+    user error an exception that ends training stands for, or None. The defaults are
+    ``reliability.step_guards``' (dead and stopped loader workers; interruptible long steps).
+    """
+
+    def watch(self, trainer: "TrainerBase") -> Callable[[], None]: ...
+
+    def run_step(self, trainer: "TrainerBase", step: Callable[[], None]) -> None: ...
+
+    def failure(self, trainer: "TrainerBase", exc: Exception) -> Optional[ReidUserError]: ...
+
+
 class TrainerBase:
     """A trainer with hooks: runs ``run_step`` from ``start_iter`` to ``max_iter``.
 
@@ -96,6 +115,8 @@ class TrainerBase:
         self._pending_storage_state: Optional[dict] = None
         self._training = False  # inside train(): self.storage is the open storage
         self.warmup_step = False
+        #: machinery composed around the loop (:class:`StepWrapper`): loader faults, interruptible steps
+        self.step_wrappers: List[StepWrapper] = default_step_wrappers()
 
     def register_hooks(self, hooks: Iterable[Optional[HookBase]]) -> None:
         """Append hooks (called in this order); None entries are dropped.
@@ -111,7 +132,8 @@ class TrainerBase:
         self._hooks.extend(hooks)
 
     def train(self, start_iter: int, max_iter: int, hooks_only: bool = False) -> None:
-        """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks.
+        """Run iterations ``start_iter`` .. ``max_iter - 1`` with the hooks, each step through the
+        step wrappers (:class:`StepWrapper`).
 
         Args:
             start_iter, max_iter: the iterations.
@@ -119,11 +141,9 @@ class TrainerBase:
                 and ``after_train`` of a completed run (a final evaluation a stop signal cut short).
         Raises:
             ValueError: when ``start_iter >= max_iter`` (but for ``hooks_only`` and equal ones).
-            ReidUserError: raised inside (a hook, a re-clustering, a loader), logged as one
-                line without its traceback (any other exception is logged with it);
-                DataLoaderWorkerDied for a dead loader worker; TrainingPreempted for a stop
-                signal, also one that reached the loader workers (a process group's);
-                TrainingStopped for a hook's intended early stop (logged at INFO).
+            ReidUserError: raised inside (a hook, a loader) or what a wrapper made of a failure (a
+                dead loader worker, a stop signal), logged as one line without its traceback (any
+                other exception is logged with it); TrainingStopped is a hook's intended early stop.
         """
         start_iter, max_iter = int(start_iter), int(max_iter)
         if start_iter >= max_iter and not (hooks_only and start_iter == max_iter):
@@ -134,26 +154,22 @@ class TrainerBase:
         logger.info(f"Starting training from iteration {start_iter}")
         self.iter = self.start_iter = start_iter
         self.max_iter = max_iter
-        with EventStorage(start_iter) as self.storage:
-            if self._pending_storage_state is not None:
-                self.storage.load_state_dict(self._pending_storage_state)
-                self._pending_storage_state = None
-            self._training = True
-            unwatch_workers = loader_faults.watch_loader_workers()
+        step = self._wrapped_step()
+        with EventStorage(start_iter) as self.storage, contextlib.ExitStack() as unwatch:
+            self._open_storage()
+            unwatch.callback(setattr, self, "_training", False)  # last: after the wrappers' ends
+            for wrapper in self.step_wrappers:
+                unwatch.callback(wrapper.watch(self))
             try:
                 self.before_train()
-                if torch.cuda.is_initialized():
-                    # max_mem in the log then describes training, not model building or set-up.
-                    torch.cuda.reset_peak_memory_stats()
                 for self.iter in range(start_iter, max_iter):
                     self.before_step()
-                    self._run_step_through_stop()
+                    step()
                     self.after_step()
                 self.flush_metrics()  # a bad loss staged in the last steps fails the run here
-                # One past the last step, so hooks can tell a completed run from a failed one.
-                self.iter = max_iter
+                self.iter = max_iter  # one past the last step: hooks tell a completed run from a failed one
             except Exception as e:
-                failure = e if isinstance(e, ReidUserError) else self._worker_death(e)
+                failure = e if isinstance(e, ReidUserError) else self._user_error(e)
                 if failure is None:  # a bug, not a user error: keep its traceback
                     logger.exception(f"Exception during training at iteration {self.iter}:")
                     raise
@@ -162,29 +178,29 @@ class TrainerBase:
                     raise
                 raise failure from e
             finally:
-                try:
-                    self.after_train()
-                finally:
-                    unwatch_workers()
-                    self._training = False
+                self.after_train()
 
-    def _run_step_through_stop(self) -> None:
-        """``run_step``; when its data-loader workers died of the stop signal this process
-        got too (a signal to the process group), the main process loads the batches of
-        the steps left until the stop hook has every worker agree on the step to save at."""
-        try:
-            loader_faults.raise_pending_stop_death()  # a death noted mid-step fails this fetch
-            self.run_step()
-        except Exception as e:  # a dead worker's queued batch fails as FileNotFoundError, among others
-            failure = self._worker_death(e)
-            if failure is None:
-                raise
-            if not (isinstance(failure, TrainingPreempted) and loader_faults.stopped_worker(e)
-                    and loader_faults.load_in_main_process(self)):
-                raise failure from e
-            logger.warning(f"{preemption.signal_name(failure.signum)} stopped the data-loader workers too: the main "
-                           f"process loads the batches of iteration {self.iter} and of any until the agreed stop")
-            self.run_step()
+    def _open_storage(self) -> None:
+        """Apply the event histories a checkpoint loaded before training."""
+        if self._pending_storage_state is not None:
+            self.storage.load_state_dict(self._pending_storage_state)
+            self._pending_storage_state = None
+        self._training = True
+
+    def _wrapped_step(self) -> Callable[[], None]:
+        """``run_step`` inside every step wrapper, the first outermost."""
+        step = self.run_step
+        for wrapper in reversed(self.step_wrappers):
+            step = functools.partial(wrapper.run_step, self, step)
+        return step
+
+    def _user_error(self, exc: Exception) -> Optional[ReidUserError]:
+        """The user error a step wrapper makes of `exc` (None: a bug)."""
+        for wrapper in self.step_wrappers:
+            failure = wrapper.failure(self, exc)
+            if failure is not None:
+                return failure
+        return None
 
     def _log_stop(self, error: ReidUserError) -> None:
         """Log why training stops, in one line: the command line prints the same error as
@@ -198,25 +214,13 @@ class TrainerBase:
         else:
             logger.error(f"Training stopped at iteration {self.iter}: {error}")
 
-    def _worker_death(self, exc: BaseException) -> Optional[ReidUserError]:
-        """What a dead data-loader worker means: a stop without a new checkpoint when this
-        process got a stop signal too (TrainingPreempted), else DataLoaderWorkerDied.
-
-        Returns:
-            None when `exc` is no dead-worker error (nor an error of a fetch during a stop).
-        """
-        translated = loader_faults.loader_worker_error(exc, self.iter)
-        stop_kind = loader_faults.stopped_worker(exc)
-        if translated is None and not stop_kind:
-            return None
-        # The worker may have died of a group's signal before this process ran its handler.
-        signum = preemption.wait_for_request(loader_faults.STOP_GRACE_S if stop_kind else 0.0)
-        return TrainingPreempted.stopped(signum, self.iter, "") if signum else translated
-
     def before_train(self) -> None:
-        """Call ``before_train`` of every hook."""
+        """Call ``before_train`` of every hook, then reset the CUDA peak memory (when CUDA is in use),
+        so that max_mem in the log describes training, not model building or set-up."""
         for h in self._hooks:
             h.before_train()
+        if torch.cuda.is_initialized():
+            torch.cuda.reset_peak_memory_stats()
 
     def after_train(self) -> None:
         """Call ``after_train`` of every hook (storage iteration = trainer iteration)."""
@@ -248,6 +252,14 @@ class TrainerBase:
     def run_step(self) -> None:
         """Run one iteration; implemented by subclasses."""
         raise NotImplementedError
+
+    def step_may_be_long(self) -> bool:
+        """Whether the coming step may be long enough (compiling) to be interruptible; none here."""
+        return False
+
+    def step_snapshot(self) -> Callable[[], None]:
+        """Take what the coming step changes before its optimizer step; returns its undo (nothing here)."""
+        return lambda: None
 
     def _hook_state_keys(self) -> List[str]:
         """One key per hook: its class name, ``Name#2``, ``Name#3`` for repeated classes."""

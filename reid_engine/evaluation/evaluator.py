@@ -11,8 +11,8 @@ import torch
 from tabulate import tabulate
 from torch.utils._pytree import tree_map_only
 
+from reid_engine.runtime.compiled import is_compiled, kept_output, mark_step_begin
 from reid_engine.utils import comm
-from reid_engine.utils.compiled import is_compiled, kept_output, mark_step_begin
 from reid_engine.utils.errors import ReidUserError
 
 __all__ = [

@@ -13,6 +13,11 @@ undoes the ImageNet normalisation inside the graph (x * 255 * std + 255 * mean g
 always: a model trained with other statistics gets exactly the input it was trained on.
 The graph keeps a static H x W (only the batch axis is dynamic), the file is named
 `BOXMOT_FILE` (no BoxMOT architecture name in it) and the sidecar says the rest.
+
+BoxMOT's ONNX back end pip-installs the ONNX Runtime it pins (``onnxruntime==1.24.3`` on a CPU)
+into the running environment the first time it loads a model where another version is
+installed, and offers no switch to stop it. requirements.txt pins that version, and
+`require_boxmot_runtime` lets a process refuse to load a model where BoxMOT would install it.
 """
 import json
 import logging
@@ -23,11 +28,12 @@ import torch
 from torch import nn
 
 from ..inference.contract import DeployContract, pixel_stats_text
+from ..utils.errors import MissingPackageError
 from ..utils.file_io import atomic_write_text
 from .exporters import export_onnx
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "BOXMOT_FILE", "BOXMOT_MODEL_NAME", "BoxmotInput", "boxmot_contract",
-           "boxmot_images", "sidecar_path", "write_boxmot_sidecar", "export_boxmot"]
+           "boxmot_images", "sidecar_path", "write_boxmot_sidecar", "export_boxmot", "require_boxmot_runtime"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,3 +141,29 @@ def export_boxmot(features: nn.Module, example: torch.Tensor, output_dir: str, o
     path = export_onnx(module, boxmot_images(example), os.path.join(output_dir, BOXMOT_FILE), opset, contract)
     write_boxmot_sidecar(path, contract)
     return path
+
+
+def require_boxmot_runtime(device: str = "cpu") -> None:
+    """Check that BoxMOT's ONNX back end will find the runtime it accepts, so it installs nothing.
+
+    Args:
+        device: the device BoxMOT is given (its CUDA runtime is another package).
+    Raises:
+        MissingPackageError: BoxMOT would pip-install its runtime into this environment on loading a
+            model; the message names the requirement to install first.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from boxmot.reid.backends.dependencies import reid_backend_requirements
+    from boxmot.utils.checks import requirement_satisfied
+
+    requirements = reid_backend_requirements("onnx", device=device)
+    if any(requirement_satisfied(requirement) for requirement in requirements):
+        return
+    try:
+        installed = f"onnxruntime {version('onnxruntime')} is installed"
+    except PackageNotFoundError:
+        installed = "onnxruntime is not installed"
+    raise MissingPackageError(f"BoxMOT's ONNX back end accepts only {' or '.join(requirements)} and would pip-install "
+                              f"it into this environment on loading the model ({installed}): "
+                              f"pip install '{requirements[0]}' (requirements.txt)")

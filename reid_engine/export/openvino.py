@@ -21,8 +21,8 @@ from torch import nn
 from ..config import CfgNode
 from ..inference import OpenVinoModel, contract_config
 from ..inference.contract import RT_INFO_SECTION, DeployContract, read_contract
+from ..reliability.signal_stack import preserved_signal_stack
 from ..utils.errors import ReidUserError, first_line, require_module
-from ..utils.signal_stack import preserved_signal_stack
 from .exporters import DEFAULT_OPSET, ExportError, export_onnx
 from .quantize import CalibrationBatches, calibration_paths, check_calibration_source, keep_if_accurate
 

@@ -5,8 +5,8 @@ from typing import Optional
 from torch import nn
 
 from ..config import CfgNode
-from ..config.run_plan import build_run_plan
 from ..modeling import build_model
+from ..runtime.run_plan import build_run_plan
 from ..utils.checkpoint import Checkpointer, load_checkpoint_file
 
 __all__ = [

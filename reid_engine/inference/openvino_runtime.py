@@ -10,8 +10,8 @@ import os
 
 import numpy as np
 
+from ..reliability.signal_stack import preserved_signal_stack
 from ..utils.errors import ReidUserError, first_line, require_module
-from ..utils.signal_stack import preserved_signal_stack
 from .contract import read_contract
 from .exported_model import ExportedModel
 

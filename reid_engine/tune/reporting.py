@@ -1,14 +1,9 @@
 """Report a trial's evaluations to its Optuna study, and stop the training the study prunes.
 
-:class:`TrialReporter` is a training hook registered after the default ones (so after the
-evaluation hook of the same step). At every periodic evaluation it reads the objective metric
-from the trainer's event storage (the flattened result names, e.g. ``SyntheticReID/mAP``), and
-on the main worker reports it with ``trial.report(value, step)`` and asks ``trial.should_prune()``.
-The answer goes to every worker (one small collective), so all of them stop after the same
-iteration, by raising :class:`TrainingPruned` (a clean, generic early stop of the engine).
-
-Steps are counted in iterations completed: an evaluation after iteration index ``i`` (0-based)
-is reported at step ``i + 1``; the final evaluation at step ``max_iter``.
+:class:`TrialReporter`, a hook after the evaluation hook, reads the objective metric of each
+evaluation from the event storage, reports it on the main worker (``trial.report``, step = the
+iterations done: ``max_iter`` for the final one) and asks ``trial.should_prune()``; the answer
+reaches every worker (one collective), so all stop after the same iteration (:class:`TrainingPruned`).
 """
 import logging
 from typing import Callable, Dict, List, Optional, Tuple
@@ -28,14 +23,7 @@ class TrainingPruned(TrainingStopped):
 
 
 def resolve_metric(metric: str, names: List[str]) -> Optional[str]:
-    """The result name that `metric` means: itself, else the one name ending in ``/<metric>``.
-
-    Args:
-        metric: the objective metric of the search space ("SyntheticReID/mAP", or "mAP" with one test set).
-        names: the flattened result names of an evaluation.
-    Returns:
-        the name, or None when there is none or several match.
-    """
+    """The result name `metric` means among `names`: itself, else the only one ending in ``/<metric>``."""
     if metric in names:
         return metric
     suffixed = [n for n in names if n.endswith("/" + metric)]
@@ -45,28 +33,16 @@ def resolve_metric(metric: str, names: List[str]) -> Optional[str]:
 class TrialReporter(HookBase):
     """Report each evaluation's objective metric to the trial; stop training when it is pruned.
 
-    Register it on every worker, after the default hooks. ``open_trial`` is called once, on the
-    main worker only, in ``before_train``; the other workers only join the collective that
-    shares the decision.
+    On every worker, after the default hooks. `open_trial` (main worker, once) returns the trial;
+    `eval_period` is the evaluation hook's (0: only the final one); `evaluation` is that hook, whose
+    redone evaluation (one a stop had cut short) is reported too.
     """
 
     def __init__(self, open_trial: Callable[[], object], metric: str, eval_period: int,
                  evaluation: Optional[EvalHook] = None):
-        """
-        Args:
-            open_trial: returns the ``optuna.trial.Trial`` to report to (main worker only).
-            metric: the objective metric (see :func:`resolve_metric`).
-            eval_period: iterations between evaluations, the evaluation hook's period (0: only the final one).
-            evaluation: the run's evaluation hook, registered before this one: a resumed run's
-                evaluation that a stop signal had cut short, which it redoes first, is reported too.
-        """
-        self._open_trial = open_trial
-        self._metric = metric
-        self._period = int(eval_period)
-        self._evaluation = evaluation
+        self._open_trial, self._metric, self._period, self._evaluation = open_trial, metric, int(eval_period), evaluation
         self._trial = None
-        #: (step, value) of every evaluation reported in this attempt
-        self.reported: List[Tuple[int, float]] = []
+        self.reported: List[Tuple[int, float]] = []  # (step, value) of each evaluation of this attempt
 
     def before_train(self) -> None:
         if comm.is_main_process() and self._trial is None:
@@ -86,10 +62,8 @@ class TrialReporter(HookBase):
         self._open_trial = None  # often a closure over the study: release it with the trainer
 
     def _report(self, step: int, may_prune: bool, written_at: Optional[int] = None) -> None:
-        """Report on the main worker, then have every worker act on its decision.
-
-        `written_at` is the storage iteration of the evaluation's results (default: the current one).
-        """
+        """Report on the main worker (results written at storage iteration `written_at`, default the
+        current one); every worker then acts on its decision."""
         decision: Dict[str, object] = {"prune": False, "value": None, "error": None}
         if comm.is_main_process():
             decision = self._decide(step, may_prune, self.trainer.storage.iter if written_at is None else written_at)
@@ -102,8 +76,6 @@ class TrialReporter(HookBase):
                                  "is not promising enough for the study's pruner)", iteration=self.trainer.iter)
 
     def _decide(self, step: int, may_prune: bool, written_at: int) -> Dict[str, object]:
-        """Read the metric the evaluation wrote at storage iteration `written_at`, report it for
-        `step`, and ask the pruner."""
         results = {name: value for name, (value, itr) in self.trainer.storage.latest().items()
                    if itr == written_at and "/" in name}  # the flattened results of this evaluation
         name = resolve_metric(self._metric, sorted(results))

@@ -1,24 +1,19 @@
-"""A study in MLflow (MLFLOW.ENABLED in the base config): one parent run, its trials nested runs of it.
-
-The first worker of a study opens the parent run and keeps its id in the study (user attr
-``mlflow_parent_run_id``), so every worker, on any machine, nests its trials under the same run.
-All runs of a study go to one store: MLFLOW.TRACKING_URI, else MLFLOW_TRACKING_URI, else the
-SQLite store in the study folder (``<study folder>/mlruns``), not one store per trial folder. A
-trial's run is named after its folder (``trial_0003``), so a continued trial continues its run.
-"""
+"""A study in MLflow (MLFLOW.ENABLED): one parent run, whose id the study keeps (user attr
+``mlflow_parent_run_id``) so that every worker nests its trials under it, all in one store
+(MLFLOW.TRACKING_URI, else $MLFLOW_TRACKING_URI, else ``<study folder>/mlruns``). A trial's run is
+named after its folder, so a retried trial continues its run."""
 import logging
 import os
 from typing import Any, List, Sequence
 
 from ..config import CfgNode
-from ..engine.mlflow_tracking import end_run, resolve_tracking_uri, start_parent_run
+from ..integrations.mlflow import end_run, resolve_tracking_uri, start_parent_run
 from ..utils.urls import mask_password
 
 __all__ = ["PARENT_RUN_ATTR", "study_tracking_opts", "end_study_run"]
 
 logger = logging.getLogger(__name__)
 
-#: the study user attr that holds the parent run's id
 PARENT_RUN_ATTR = "mlflow_parent_run_id"
 
 
@@ -31,14 +26,8 @@ def _study_uri(cfg: CfgNode, study_dir: str) -> str:
 
 
 def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) -> List[str]:
-    """The KEY VALUE overrides that make each trial a nested run of the study's parent run.
-
-    Opens the parent run (params: the search space, the objective and the trial count) when the
-    study has none yet. Returns [] without MLFLOW.ENABLED.
-
-    Raises:
-        MlflowTrackingError: the store cannot be reached (one line, before any trial).
-    """
+    """The KEY VALUE overrides that nest each trial under the study's parent run, opened (params: the
+    search space, objective, trial count) when the study has none; [] without MLFLOW.ENABLED."""
     if not cfg.MLFLOW.ENABLED:
         return []
     uri = _study_uri(cfg, study_dir)
@@ -46,7 +35,7 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
     if not parent:
         params = {"objective": f"{space.objective.direction} {space.objective.metric}",
                   "n_trials": study.user_attrs.get("n_trials", ""), "search_space": space.source,
-                  **{spec.key: _describe(spec) for spec in space.params}}
+                  **{key: str(dist) for key, dist in space.params.items()}}
         created = start_parent_run(uri, cfg.MLFLOW.EXPERIMENT, study.study_name, params,
                                    tags={"reid_engine.study": study.study_name})
         study.set_user_attr(PARENT_RUN_ATTR, created)
@@ -55,14 +44,6 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
             end_run(uri, created, "KILLED")  # the other worker's run is the study's
     logger.info("MLflow: the trials are nested runs of run %s in %s", parent, mask_password(uri))
     return ["MLFLOW.TRACKING_URI", uri, "MLFLOW.PARENT_RUN_ID", parent]
-
-
-def _describe(spec: Any) -> str:
-    """A search-space entry as one param value."""
-    if spec.kind == "categorical":
-        return f"categorical {list(spec.choices)}"
-    extras = (" log" if spec.log else "") + (f" step {spec.step}" if spec.step is not None else "")
-    return f"{spec.kind} [{spec.low}, {spec.high}]{extras}"
 
 
 def end_study_run(study: Any, cfg: CfgNode, study_dir: str, artifacts: Sequence[str]) -> None:

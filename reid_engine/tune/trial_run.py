@@ -1,40 +1,16 @@
-"""One trial of a search = one ordinary training run of the base command, with the trial's values.
-
-:func:`run_trial` takes a claimed Optuna trial, asks it for its values (``space.suggest_overrides``)
-and trains the base config with them merged in, the way ``reid-train`` does: the config is built
-and checked here, then ``engine.launch`` starts the workers (``--num-gpus``), and each runs
-reid-train's ``train_worker`` with :class:`TrialTrainer`, a DefaultTrainer whose last hook is
-:class:`~reid_engine.tune.reporting.TrialReporter` (it reports every evaluation to the study and
-stops a pruned run). Several trials run one after the other in one process: each gets its own
-folder, log, seed and trainer, and nothing of one stays behind for the next.
-
-Each trial's folder, ``<study folder>/trials/trial_<number>`` (a continuation: the folder of the
-trial it continues), holds the run's usual files and ``trial.json``: study, trial number, values,
-seed, ``resumes_trial``, and at the end ``status`` (complete / pruned / failed / preempted), the
-objective ``value``, ``iterations`` and the ``evaluations`` this attempt reported ([iteration, value]).
-
-Trial user attrs set here: ``output_dir``, ``seed``, and ``iterations``: the training iterations
-of the trial, each counted once over all its attempts. An attempt stopped by SIGTERM saved its
-checkpoint at the stop, so its continuation starts right after it; after a kill -9 the
-continuation repeats the iterations since the last checkpoint, and they are counted once. It is
-therefore the number of the last iteration trained (``max_iter`` for a completed trial).
-
-Training runs in spawned worker processes when there are several: an Optuna trial cannot be
-pickled, so they get a :class:`TrialRef` (storage URL, study name, trial id) and the main worker
-opens the trial from the storage itself. A single worker runs in this process and uses the trial
-it was given.
-
-This package sits below the command line: reid-train's worker function comes in with
-:class:`TrialBase` (``cli.tune`` builds it), so nothing here imports ``reid_engine.cli``.
-"""
+"""One trial = one ordinary training run of the base command with the trial's values, in its folder
+``<study>/trials/trial_<number>`` (a retry: the folder of the trial it retries, resumed from its last
+checkpoint), with ``trial.json`` (values, seed, ``status``, ``value``, ``iterations``, ``evaluations``).
+Spawned training workers get a :class:`TrialRef` and report through the storage (:class:`StoredTrial`)."""
 import argparse
 import copy
 import dataclasses
 import functools
 import json
 import logging
+import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch.multiprocessing as mp
@@ -44,68 +20,68 @@ from ..engine.config_checks import check_config_values
 from ..engine.defaults import DefaultTrainer
 from ..engine.hooks import EvalHook
 from ..engine.launch import launch
-from ..engine.preemption import TrainingPreempted, signal_name
+from ..reliability.preemption import TrainingPreempted, signal_name
 from ..utils import comm
-from ..utils.errors import ReidUserError, UsageError, user_error_of_traceback
+from ..utils.errors import ReidUserError, user_error_of_traceback
 from ..utils.file_io import atomic_write_text
 from ..utils.logger import close_log_file, setup_run_logging
 from .reporting import TrainingPruned, TrialReporter
 from .space import SearchSpace, overrides_list, suggest_overrides
-from .study import TrialOutcome, open_storage, require_optuna, storage_url
+from .study import TrialFailed, open_storage, require_optuna, retry_of
 
-__all__ = ["TRIAL_RECORD", "TrialBase", "TrialRef", "TrialTrainer", "run_trial", "trial_output_dir", "read_record"]
+__all__ = ["TRIAL_RECORD", "TrialBase", "TrialRef", "StoredTrial", "TrialTrainer", "run_trial", "trial_output_dir",
+           "read_record"]
 
 logger = logging.getLogger(__name__)
 
-#: the file in each trial folder that describes the trial and how it ended
 TRIAL_RECORD = "trial.json"
-#: the trials' folders, inside the study folder
 TRIALS_FOLDER = "trials"
-
-# The trials this process runs itself (one worker): the reporter uses them instead of opening
-# the storage again (which an in-memory storage could not do). Entries live as long as the run.
-_LIVE_TRIALS: Dict[int, Any] = {}
+_LIVE_TRIALS: Dict[int, Any] = {}  # trial number -> the trial this process trains itself (one worker)
 
 
 @dataclasses.dataclass(frozen=True)
 class TrialBase:
-    """The base command of a search, what every trial trains with its own values merged in.
-
-    Attributes:
-        args: reid-train's parsed arguments of the base command (config file, KEY VALUE opts,
-            launch flags); each trial copies them and appends its values, OUTPUT_DIR and SEED.
-        cfg: the base config, built from them and checked.
-        launch_options: keyword arguments of ``engine.launch`` (machines, rendezvous, backend).
-        train_worker: reid-train's worker function, ``train_worker(args, cfg, trainer_class=,
-            resume_with=)``; module level, so that spawned workers can receive it.
-        log_file: the log this process goes back to after each trial (the study's), or None.
-    """
+    """The base command of a search: reid-train's parsed `args` and checked `cfg`, the
+    ``engine.launch`` options, reid-train's module-level `train_worker`, the study's storage
+    (`storage_url`, `heartbeat_s`) and the study's `log_file` this process returns to after a trial."""
 
     args: argparse.Namespace
     cfg: CfgNode
     launch_options: Dict[str, Any]
     train_worker: Callable[..., Any]
+    storage_url: str = ""
+    heartbeat_s: float = 60.0
     log_file: Optional[str] = None
+
+
+class StoredTrial:
+    """What :class:`TrialReporter` needs of a trial (``number``, ``report``, ``should_prune``),
+    through the study's storage, for a training worker in another process than the trial's."""
+
+    def __init__(self, ref: "TrialRef"):
+        self.number, self._db = ref.number, open_storage(ref.storage_url, ref.heartbeat_s)
+        self._study = require_optuna().load_study(study_name=ref.study_name, storage=self._db, pruner=ref.pruner)
+        self._id = self._db.get_trial_id_from_study_id_trial_number(self._db.get_study_id_from_name(ref.study_name),
+                                                                     ref.number)
+
+    def report(self, value: float, step: int) -> None:
+        """Record an intermediate value (a step already reported keeps its first value, as Trial.report)."""
+        if step not in self._db.get_trial(self._id).intermediate_values:
+            self._db.set_trial_intermediate_value(self._id, step, value)
+
+    def should_prune(self) -> bool:
+        """The study's pruner on the trial as stored."""
+        return bool(self._study.pruner.prune(self._study, self._db.get_trial(self._id)))
 
 
 @dataclasses.dataclass(frozen=True)
 class TrialRef:
-    """A picklable reference to a running trial, for the training workers.
-
-    Attributes:
-        storage_url: the study's database URL ("" for a storage that only this process sees).
-        heartbeat_s: the storage's heartbeat interval (seconds).
-        study_name, trial_id, number: which trial.
-        pruner: the study's pruner (Optuna pruners pickle).
-        metric: the objective metric.
-        record: the trial's ``trial.json``.
-        resume_with: how the trial continues after a stop, for the stop's log line.
-    """
+    """A picklable reference to a running trial for the training workers: the storage, study,
+    trial number, pruner, objective metric, ``trial.json`` and how a stopped trial continues."""
 
     storage_url: str
     heartbeat_s: float
     study_name: str
-    trial_id: int
     number: int
     pruner: Any
     metric: str
@@ -113,26 +89,15 @@ class TrialRef:
     resume_with: str
 
     def open(self):
-        """The ``optuna.trial.Trial`` to report to: the live one of this process, else one opened
-        from the storage (call it on the main worker only)."""
-        live = _LIVE_TRIALS.get(self.trial_id)
-        if live is not None:
-            return live
-        if not self.storage_url:
-            raise UsageError("training a trial in several worker processes needs a database study storage: "
-                             "give --storage a database URL (the default SQLite file works)")
-        optuna = require_optuna()
-        study = optuna.load_study(study_name=self.study_name, storage=open_storage(self.storage_url, self.heartbeat_s),
-                                  pruner=self.pruner)
-        return optuna.trial.Trial(study, self.trial_id)
+        """The trial to report to: this process's own, else a :class:`StoredTrial` (main worker only)."""
+        return _LIVE_TRIALS.get(self.number) or StoredTrial(self)
 
 
 class TrialTrainer(DefaultTrainer):
     """DefaultTrainer plus the :class:`TrialReporter` hook, recording how the run ended in ``trial.json``."""
 
     def __init__(self, cfg: CfgNode, trial_ref: TrialRef):
-        self.trial_ref = trial_ref  # before DefaultTrainer.__init__, which builds the hooks
-        self.reporter: Optional[TrialReporter] = None
+        self.trial_ref, self.reporter = trial_ref, None  # before DefaultTrainer.__init__, which builds the hooks
         super().__init__(cfg)
 
     def build_hooks(self) -> list:
@@ -143,6 +108,11 @@ class TrialTrainer(DefaultTrainer):
                                       self.cfg.TEST.EVAL_PERIOD * self.iters_per_epoch, evaluation)
         ret.append(self.reporter)
         return ret
+
+    def _final_evaluation_pending(self) -> bool:
+        # A complete run here is a trial killed between its final checkpoint and its result:
+        # evaluate that checkpoint (DefaultTrainer would refuse: "nothing to train").
+        return True
 
     def train(self):
         """Train like DefaultTrainer; the main worker then writes the outcome into ``trial.json``."""
@@ -160,8 +130,7 @@ class TrialTrainer(DefaultTrainer):
             self._record("failed", self.iter)
             raise
         final = self.reporter.reported[-1] if self.reporter.reported else None
-        value = final[1] if final is not None and final[0] == self.max_iter else None
-        self._record("complete", self.iter, value=value)
+        self._record("complete", self.iter, value=final[1] if final and final[0] == self.max_iter else None)
         return results
 
     def _record(self, status: str, iterations: int, **fields) -> None:
@@ -171,15 +140,11 @@ class TrialTrainer(DefaultTrainer):
 
 
 def _trial_worker(train_worker: Callable[..., Any], args: argparse.Namespace, cfg: CfgNode, ref: TrialRef) -> None:
-    """One training worker of a trial: reid-train's job with :class:`TrialTrainer`.
-
-    A pruned or preempted run ends here without an exception: every worker stopped at the same
-    iteration and the main one wrote the outcome, so all of them can leave together. Other
-    errors go on (the launcher stops the other workers and reports the failure).
-    """
-    trainer_class = functools.partial(TrialTrainer, trial_ref=ref)
+    """One training worker: reid-train's job with :class:`TrialTrainer`. A pruned or preempted run
+    ends here quietly (every worker stopped at the same iteration; the main one wrote the outcome)."""
     try:
-        train_worker(args, cfg, trainer_class=trainer_class, resume_with=ref.resume_with)
+        train_worker(args, cfg, trainer_class=functools.partial(TrialTrainer, trial_ref=ref),
+                     resume_with=ref.resume_with)
     except (TrainingPruned, TrainingPreempted):
         pass
 
@@ -201,29 +166,8 @@ def read_record(path: str) -> Dict[str, Any]:
 def update_record(path: str, **fields) -> Dict[str, Any]:
     """Merge `fields` into the ``trial.json`` at `path` (written atomically); returns the new content."""
     record = {**read_record(path), **fields}
-    atomic_write_text(path, json.dumps(record, indent=2, sort_keys=False) + "\n")
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
     return record
-
-
-def _derived_seed(number: int) -> int:
-    """A seed for trial `number` when the base config asks for a random one (SEED < 0)."""
-    return int(np.random.SeedSequence([int(number), 0x7E5D]).generate_state(1)[0] % (2**31))
-
-
-def _trial_config(base: TrialBase, params: Dict[str, Any], output_dir: str, seed: int,
-                  resume: bool) -> Tuple[argparse.Namespace, CfgNode, List[str]]:
-    """reid-train's arguments and checked config of a trial (raises the config's one-line error)."""
-    extra = overrides_list(params) + ["OUTPUT_DIR", output_dir, "SEED", str(seed)]
-    args = copy.copy(base.args)
-    args.opts = list(base.args.opts or []) + extra
-    args.resume = bool(resume)
-    args.eval_only = False
-    cfg = base.cfg.clone()
-    cfg.defrost()
-    cfg.merge_from_list(extra)
-    cfg.freeze()
-    check_config_values(cfg)  # values valid one by one may still clash: this trial fails, the study goes on
-    return args, cfg, extra
 
 
 def _failure_line(error: BaseException) -> str:
@@ -241,84 +185,77 @@ def _failure_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _back_to_study_log(base: TrialBase, output_dir: str) -> None:
-    """Point this process's log back at the study's (a trial trained here moved it to the trial's
-    folder) and close the trial's log file, so that no file stays open per trial."""
-    setup_run_logging(base.log_file)
-    close_log_file(output_dir)
-
-
-def run_trial(trial, space: SearchSpace, base: TrialBase, study_dir: str) -> TrialOutcome:
-    """Train one trial: the base command with the trial's values, in the trial's folder.
-
-    Args:
-        trial: the claimed ``optuna.trial.Trial`` (a continuation has user attrs ``output_dir``
-            and ``resumes_trial``: it resumes from that folder's last checkpoint).
-        space: the search space (its params and objective).
-        base: the base command (see :class:`TrialBase`).
-        study_dir: the study folder (trials go to ``<study_dir>/trials/trial_<number>``).
-    Returns:
-        COMPLETE with the objective metric of the last evaluation, PRUNED, or FAIL with a one-line error.
-    Raises:
-        TrainingPreempted: a stop signal; the checkpoint is saved and the study continues the trial.
-    """
+def run_trial(trial, space: SearchSpace, base: TrialBase, study_dir: str) -> float:
+    """Train one trial (the base command with its values, in its folder); returns the final evaluation's
+    metric, or raises optuna.TrialPruned, TrialFailed (one line) or TrainingPreempted (checkpoint saved)."""
     optuna = require_optuna()
-    state = optuna.trial.TrialState
-    attrs = trial.user_attrs
-    resumes = attrs.get("resumes_trial")
-    output_dir = attrs.get("output_dir") or trial_output_dir(study_dir, trial.number)
-    seed = attrs.get("seed")
+    original, history = retry_of(trial.study.get_trials(deepcopy=False)[trial.number])
+    resumes = history[-1] if history else None  # a retry trains in the folder of the trial it retries
+    output_dir = trial_output_dir(study_dir, trial.number if original is None else original)
+    seed = trial.user_attrs.get("seed")
     if seed is None:  # trials differ only by their values: the base seed, or one per trial
-        seed = int(base.cfg.SEED) if base.cfg.SEED >= 0 else _derived_seed(trial.number)
+        seed = int(base.cfg.SEED) if base.cfg.SEED >= 0 else \
+            int(np.random.SeedSequence([trial.number, 0x7E5D]).generate_state(1)[0] % (2**31))
     trial.set_user_attr("output_dir", output_dir)
     trial.set_user_attr("seed", int(seed))
     params = suggest_overrides(trial, space)
     os.makedirs(output_dir, exist_ok=True)
     record = os.path.join(output_dir, TRIAL_RECORD)
-    # A new record per attempt (a continuation replaces the interrupted attempt's).
     atomic_write_text(record, json.dumps({"study": trial.study.study_name, "trial": trial.number,
                                           "resumes_trial": resumes, "params": params, "seed": int(seed),
                                           "output_dir": output_dir, "status": "running"}, indent=2) + "\n")
-    continues = f" (continues #{resumes}, resuming from its last checkpoint)" if resumes is not None else ""
-    logger.info("Trial #%d%s trains in %s", trial.number, continues, output_dir)
+    logger.info("Trial #%d%s trains in %s", trial.number,
+                f" (continues #{resumes} from its last checkpoint)" if resumes is not None else "", output_dir)
 
-    def failed(error: str) -> TrialOutcome:
+    def ended(status: str, error: str = "") -> Dict[str, Any]:
+        state = read_record(record)
+        for key, value in (("status", status), ("error", error), ("iterations", state.get("iterations"))):
+            if value not in (None, ""):
+                trial.set_user_attr(key, value)
+        return state
+
+    def failed(error: str) -> TrialFailed:
         update_record(record, status="failed", error=error)
-        return TrialOutcome(state.FAIL, error=error)
+        ended("failed", " ".join(error.split())[:500])
+        return TrialFailed(error)
 
+    extra = overrides_list(params) + ["OUTPUT_DIR", output_dir, "SEED", str(seed)]
+    args = copy.copy(base.args)
+    args.opts, args.resume, args.eval_only = list(base.args.opts or []) + extra, resumes is not None, False
+    cfg = base.cfg.clone()
+    cfg.defrost()
+    cfg.merge_from_list(extra)
+    cfg.freeze()
     try:
-        args, cfg, _ = _trial_config(base, params, output_dir, seed, resume=resumes is not None)
+        check_config_values(cfg)  # values valid one by one may still clash: this trial fails, the study goes on
     except ReidUserError as e:
-        return failed(str(e))
-    # As work_on_study reads it; an in-memory storage (tests) has no heartbeat.
-    heartbeat_s = float(getattr(trial.study._storage, "get_heartbeat_interval", lambda: None)() or 60)
+        raise failed(str(e)) from None
     resume_with = (f"the same reid-tune command (run again, or by another worker of the study, it continues "
                    f"trial #{trial.number} from this checkpoint)")
-    ref = TrialRef(storage_url(trial.study), heartbeat_s, trial.study.study_name, trial._trial_id, trial.number,
-                   trial.study.pruner, space.objective.metric, record, resume_with)
-    _LIVE_TRIALS[trial._trial_id] = trial
+    ref = TrialRef(base.storage_url, base.heartbeat_s, trial.study.study_name, trial.number, trial.study.pruner,
+                   space.objective.metric, record, resume_with)
+    _LIVE_TRIALS[trial.number] = trial
     try:
         launch(_trial_worker, base.args.num_gpus, args=(base.train_worker, args, cfg, ref), **base.launch_options)
     except Exception as e:  # a failed training (a worker's: ProcessRaisedException): this trial fails
-        return failed(_failure_line(e))
+        raise failed(_failure_line(e)) from None
     finally:
-        _LIVE_TRIALS.pop(trial._trial_id, None)
-        if base.log_file is not None:
-            _back_to_study_log(base, output_dir)
-    ended = read_record(record)
-    status = ended.get("status")
-    if "iterations" in ended:
-        trial.set_user_attr("iterations", int(ended["iterations"]))
-    if status == "complete":
-        return TrialOutcome(state.COMPLETE, value=ended.get("value"))
+        _LIVE_TRIALS.pop(trial.number, None)
+        if base.log_file is not None:  # back to the study's log; the trial's file closes
+            setup_run_logging(base.log_file)
+            close_log_file(output_dir)
+    status = read_record(record).get("status")
+    state = ended(status or "failed")
+    if status == "complete" and state.get("value") is not None and math.isfinite(state["value"]):
+        return float(state["value"])
     if status == "pruned":
-        return TrialOutcome(state.PRUNED)
+        raise optuna.TrialPruned()
     if status == "preempted":
-        checkpoint = ended.get("checkpoint") or "none new (it continues from the last one)"
-        raise TrainingPreempted(f"trial #{trial.number} stopped by {ended.get('signal') or 'a signal'} after "
-                                f"{ended.get('iterations', '?')} iterations (checkpoint: {checkpoint}): run the same "
+        checkpoint = state.get("checkpoint") or "none new (it continues from the last one)"
+        raise TrainingPreempted(f"trial #{trial.number} stopped by {state.get('signal') or 'a signal'} after "
+                                f"{state.get('iterations', '?')} iterations (checkpoint: {checkpoint}): run the same "
                                 f"reid-tune command again (or let another worker of the study) to continue trial "
-                                f"#{trial.number} from its checkpoint", iteration=int(ended.get("iterations", 0)) - 1,
-                                checkpoint=ended.get("checkpoint", ""))
-    return failed(f"the training of trial #{trial.number} ended without recording how (status {status!r} in "
-                  f"{record})")
+                                f"#{trial.number} from its checkpoint", iteration=int(state.get("iterations", 0)) - 1,
+                                checkpoint=state.get("checkpoint", ""))
+    raise failed(f"the training of trial #{trial.number} ended without an objective value (status {status!r} in "
+                 f"{record})")

@@ -19,6 +19,7 @@ from typing import Optional, Tuple
 __all__ = [
     "first_line",
     "ReidUserError",
+    "ConfigError",
     "UsageError",
     "MissingPackageError",
     "DeviceUnavailableError",
@@ -55,6 +56,16 @@ class ReidUserError(Exception):
             if wrapped:
                 args = (f"{wrapped.group('message')} ({wrapped.group('where')})",)
         super().__init__(*args)
+
+
+class ConfigError(ReidUserError, KeyError, ValueError):
+    """A config problem the user can fix: an unknown key, a wrong type, a bad file (re-exported by
+    ``reid_engine.config``; defined here so that the runtime and reliability layers raise it too)."""
+
+    exit_code = 2  # a usage error (see ReidUserError)
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class UsageError(ReidUserError, ValueError):

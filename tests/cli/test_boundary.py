@@ -5,7 +5,7 @@ import traceback
 import pytest
 import torch.multiprocessing as mp
 
-from reid_engine.cli import benchmark, export, make_synthetic, train, visualize
+from reid_engine.cli import export, make_synthetic, train, visualize
 from reid_engine.cli.boundary import run_command
 from reid_engine.cli.train import build_parser
 from reid_engine.config import ConfigError
@@ -83,22 +83,6 @@ def test_bug_keeps_its_traceback_and_a_summary_line(capsys):
 def test_invalid_synthetic_settings_are_a_usage_error(capsys):
     assert make_synthetic.main(["--no-write", "--cameras", "1"]) == 2
     _one_error_line(capsys.readouterr().err, "reid-make-synthetic", "num_cameras")
-
-
-@pytest.mark.slow
-def test_benchmark_lists_runs_and_names_the_choices(capfd, monkeypatch, tmp_path):
-    assert benchmark.main([]) == 0
-    names = capfd.readouterr().out.split()
-    assert "bench_model" in names and "synthetic_difficulty" in names
-    assert benchmark.main(["bench_nothing"]) == 2
-    _one_error_line(capfd.readouterr().err, "reid-benchmark", "unknown benchmark 'bench_nothing'",
-                    "choose one of", "bench_model")
-    assert benchmark.main(["bench_model", "--help"]) == 0  # the script itself answers
-    assert "--models" in capfd.readouterr().out
-    monkeypatch.chdir(tmp_path)  # no checkout here, nor where the package lives
-    monkeypatch.setattr(benchmark, "_package_parent", lambda: str(tmp_path))
-    assert benchmark.main(["bench_model"]) == 2
-    _one_error_line(capfd.readouterr().err, "reid-benchmark", "no benchmark folder found", "source checkout")
 
 
 @pytest.mark.slow

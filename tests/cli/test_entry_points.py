@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from reid_engine.cli import benchmark, data, export, extract, index, make_synthetic, train, tune, visualize
+from reid_engine.cli import data, export, extract, index, make_synthetic, train, tune, visualize
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMANDS = {
@@ -14,7 +14,6 @@ COMMANDS = {
     "reid-export": export,
     "reid-visualize": visualize,
     "reid-make-synthetic": make_synthetic,
-    "reid-benchmark": benchmark,
     "reid-data": data,
     "reid-tune": tune,
     "reid-index": index,

@@ -1,7 +1,7 @@
 """Each command's parser accepts only the flags the command honours (others: exit 2, one error line)."""
 import pytest
 
-from reid_engine.cli import benchmark, export, extract, make_synthetic, train, visualize
+from reid_engine.cli import export, extract, make_synthetic, train, visualize
 
 
 def _rejects(command, argv, flag, capsys):
@@ -37,12 +37,6 @@ def test_train_rejects_tool_flags(flag, capsys):
 @pytest.mark.parametrize("flag", ["--config-file x.yml", "--resume", "--num-gpus 2"])
 def test_make_synthetic_rejects_config_and_launch_flags(flag, capsys):
     _rejects(make_synthetic, ["--no-write", *flag.split()], flag.split()[0], capsys)
-
-
-def test_benchmark_rejects_its_unknown_flags_but_passes_the_scripts_on(capsys):
-    _rejects(benchmark, ["--resume"], "--resume", capsys)
-    args = benchmark.build_parser().parse_args(["bench_model", "--device", "cuda", "--steps", "3"])
-    assert args.name == "bench_model" and args.script_args == ["--device", "cuda", "--steps", "3"]
 
 
 def test_launch_flags_must_be_positive(capsys):

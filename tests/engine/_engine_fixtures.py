@@ -48,7 +48,7 @@ def short_compile_comparison(monkeypatch, tmp_path):
     then 1 compiling and 2 timed compiled steps) and a clean dynamo before and after."""
     import torch._dynamo
 
-    from reid_engine.engine import compile_guard
+    from reid_engine.runtime import compile_guard
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(compile_guard, "EAGER_STEPS", 2)

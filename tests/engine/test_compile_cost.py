@@ -1,4 +1,4 @@
-"""engine.compile_cost and CompileGuard's cost rule: auto compiles only when the saving over the
+"""runtime.compile_cost and CompileGuard's cost rule: auto compiles only when the saving over the
 iterations left exceeds the compile cost; the record of an earlier run is read and written;
 evaluations under auto run eager. CPU, torch.compile with the eager backend."""
 import json
@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401
 
-from reid_engine.engine import compile_cost
-from reid_engine.engine.compile_guard import CompileGuard
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.engine.hooks import CompileGuard
+from reid_engine.runtime import compile_cost
+from reid_engine.runtime.compiled import CompileRecord, compile_record, is_compiled, record_compilation
 
 from ._engine_fixtures import Clock, TinyModel, capture_logs, make_trainer, one_torch_thread, short_compile_comparison  # noqa: F401
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("short_compile_comparison")
 
 def _auto_guard(trainer, timer, recipe="recipe-a", **kwargs):
     trainer.model.compile(backend="eager")
-    trainer.model.compile_mode = "default"
+    record_compilation(trainer.model, CompileRecord("default"))
     guard = CompileGuard(trainer.model, "default", explicit=False, timer=timer, recipe=recipe, **kwargs)
     trainer.register_hooks([guard])
     trainer.compile_guard = guard
@@ -57,8 +57,8 @@ def test_estimate_uses_defaults_then_the_record_of_an_earlier_run(tmp_path):
 
 
 def _compiled_as(model, mode, scope):
-    """`model` with the compile mode and scope compile_model records on a model."""
-    model.compile_mode, model.compile_scope = mode, scope
+    """`model` with the compile mode and scope compile_model records for a model."""
+    record_compilation(model, CompileRecord(mode, scope))
     return model
 
 
@@ -135,4 +135,4 @@ def test_the_trainer_keeps_a_record_per_recipe_and_reads_compile_weigh_cost(data
                          "MODEL.COMPILE_BACKEND", "eager", "MODEL.COMPILE_WEIGH_COST", False])
     trainer = DefaultTrainer(cfg)
     guard = trainer.compile_guard
-    assert guard.recipe and not guard.weigh_cost and trainer.model.compile_scope == "model"
+    assert guard.recipe and not guard.weigh_cost and compile_record(trainer.model).scope == "model"

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from reid_engine.engine.compile_guard import CompileGuard
+from reid_engine.engine.hooks import CompileGuard
 from reid_engine.engine.train_loop import SimpleTrainer
-from reid_engine.modeling.compile import compile_model, eager_calls
-from reid_engine.utils.compiled import is_compiled, uses_cuda_graphs
+from reid_engine.runtime.compile import compile_model, eager_calls
+from reid_engine.runtime.compiled import is_compiled, uses_cuda_graphs
 
 from ._engine_fixtures import ResumableStream, TinyModel, one_torch_thread  # noqa: F401
 
@@ -60,11 +60,9 @@ def _trainer(compiled: bool) -> SimpleTrainer:
     an explicit-mode CompileGuard (compiled from the first step, never falling back)."""
     torch.manual_seed(0)
     model = TinyModel().cuda()
-    model.compile_mode = "off"
     trainer = SimpleTrainer(model, CudaStream(), torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     if compiled:
         compile_model(model, "reduce-overhead")
-        model.compile_mode = "reduce-overhead"
         guard = CompileGuard(model, "reduce-overhead", explicit=True)
         trainer.register_hooks([guard])
         trainer.compile_guard = guard

@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch._dynamo  # noqa: F401
 
-from reid_engine.engine import compile_cost
-from reid_engine.engine.compile_guard import CompileGuard
-from reid_engine.engine.hooks import LayerFreeze
+from reid_engine.engine.hooks import CompileGuard, LayerFreeze
 from reid_engine.engine.train_loop import HookBase
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime import compile_cost
+from reid_engine.runtime.compiled import CompileRecord, is_compiled, record_compilation
 
 from ._engine_fixtures import (  # noqa: F401
     Clock,
@@ -50,7 +49,7 @@ def _frozen_run(compile_s, explicit=False, frozen_until=RELEASE):
     compile_cost.record("recipe-a", compile_s, 2.0)
     trainer = make_trainer()
     trainer.model.compile(backend="eager")
-    trainer.model.compile_mode = "default"
+    record_compilation(trainer.model, CompileRecord("default"))
     guard = CompileGuard(trainer.model, "default", explicit=explicit, timer=Clock(STEP), recipe="recipe-a",
                          frozen_until=frozen_until)
     log = StepLog()

@@ -9,13 +9,13 @@ import torch
 import torch._dynamo  # noqa: F401  (imported once, at collection, rather than inside the first test)
 from torch import nn
 
-from reid_engine.engine import compile_guard
-from reid_engine.engine.compile_guard import CompileFailedError, CompileGuard, is_compile_error
-from reid_engine.engine.hooks import PreciseBN
+from reid_engine.engine.hooks import CompileGuard, PreciseBN
 from reid_engine.engine.train_loop import HookBase, SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
-from reid_engine.modeling.compile import eager_calls
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime import compile_guard
+from reid_engine.runtime.compile import eager_calls
+from reid_engine.runtime.compile_guard import CompileFailedError, is_compile_error
+from reid_engine.runtime.compiled import CompileRecord, compile_record, is_compiled, record_compilation
 
 from ._engine_fixtures import (  # noqa: F401
     CollectFeatures,
@@ -72,7 +72,7 @@ def _guarded(trainer, explicit=False, backend="eager", **kwargs):
     """An auto (or explicit) guard over `trainer`'s model compiled with `backend`; the cost rule is
     off (these short runs would stay eager by it; tests/engine/test_compile_cost.py covers it)."""
     trainer.model.compile(backend=backend)
-    trainer.model.compile_mode = "default"
+    record_compilation(trainer.model, CompileRecord("default"))
     kwargs.setdefault("weigh_cost", False)
     guard = CompileGuard(trainer.model, "default", explicit=explicit, **kwargs)
     trainer.register_hooks([guard])
@@ -91,7 +91,7 @@ def test_auto_falls_back_on_a_compile_error_and_redoes_the_step_on_the_same_batc
     guard = _guarded(trainer, backend=_failing_backend)
     with capture_logs() as logs:
         trainer.train(0, STEPS)
-    assert guard.fell_back and not is_compiled(trainer.model) and trainer.model.compile_mode == "off"
+    assert guard.fell_back and not is_compiled(trainer.model) and compile_record(trainer.model).mode == "off"
     lines = [m for m in logs.messages if "falls back to eager" in m]
     assert len(lines) == 1 and "at iteration 2" in lines[0] and "C++ compiler" in lines[0], logs.messages
     # Nothing lost, nothing applied twice: the same weights, optimizer state and losses as eager training.
@@ -320,7 +320,7 @@ def test_eager_calls_restores_the_compiled_call_unless_the_model_fell_back():
     with eager_calls(model):
         assert not is_compiled(model)
     assert is_compiled(model)
-    model.compile_mode = "default"
+    record_compilation(model, CompileRecord("default"))
     with eager_calls(model):
         compile_guard.uncompile_model(model)
     assert not is_compiled(model)
@@ -357,7 +357,7 @@ def test_default_trainer_trains_and_evaluates_compiled(data_root, tmp_path):
 
 
 def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monkeypatch, tmp_path):
-    from reid_engine.modeling.compile import inductor_cache_dir
+    from reid_engine.runtime.compile import inductor_cache_dir
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -369,8 +369,8 @@ def test_the_inductor_cache_has_a_stable_default_and_the_user_s_choice_wins(monk
 
 def test_inference_builds_eager_under_auto_and_export_models_always_eager():
     from reid_engine.config import get_cfg
-    from reid_engine.config.run_plan import build_run_plan, compile_decision
     from reid_engine.inference import build_inference_model
+    from reid_engine.runtime.run_plan import build_run_plan, compile_decision
 
     cuda = torch.device("cuda")
     assert compile_decision("train", "auto", cuda)[0] == "reduce-overhead"
@@ -388,7 +388,7 @@ def test_under_cuda_graphs_each_step_is_marked_and_kept_outputs_are_copies(monke
     """The call sites CUDA graphs need, shown on the CPU by declaring the model CUDA-graphed: a
     step boundary before each training step and each evaluation call (two with flip test), and
     evaluation features that are copies, not the memory the next replay overwrites."""
-    from reid_engine.utils import compiled
+    from reid_engine.runtime import compiled
 
     marks = []
     monkeypatch.setattr(compiled, "uses_cuda_graphs", lambda model: is_compiled(model))
@@ -428,7 +428,7 @@ def test_auto_falls_back_when_inductor_finds_no_cpp_compiler(monkeypatch, tmp_pa
     monkeypatch.setattr(inductor_config.cpp, "cxx", (str(tmp_path / "no-such-g++"),))
     trainer = make_trainer()
     trainer.model.compile()  # inductor
-    trainer.model.compile_mode = "default"
+    record_compilation(trainer.model, CompileRecord("default"))
     guard = CompileGuard(trainer.model, "default", explicit=False, weigh_cost=False)
     trainer.register_hooks([guard])
     trainer.compile_guard = guard

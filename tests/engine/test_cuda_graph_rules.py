@@ -1,10 +1,10 @@
-"""What CUDA graphs ask of the training and evaluation loops (utils/compiled.py), checked on the CPU.
+"""What CUDA graphs ask of the training and evaluation loops (runtime/compiled.py), checked on the CPU.
 
 Under CUDA graphs (MODEL.COMPILE reduce-overhead or max-autotune on a GPU) a compiled graph
 replays into the same output memory at every call, and each step starts with
 ``torch.compiler.cudagraph_mark_step_begin()``. :class:`ReplayingBackend` gives a compiled CPU
 model the same output lifetimes, and the model is declared CUDA-graphed (compile mode
-reduce-overhead, the CPU added to ``utils.compiled.CUDA_GRAPH_DEVICES``), so the trainer, the
+reduce-overhead, the CPU added to ``runtime.compiled.CUDA_GRAPH_DEVICES``), so the trainer, the
 CompileGuard and the evaluator take their real CUDA-graph branches. Each test here fails if a
 caller keeps a model output without copying it, or calls the model without marking the step.
 
@@ -20,12 +20,12 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.backends.registry import lookup_backend
 
-from reid_engine.engine.compile_guard import CompileGuard
+from reid_engine.engine.hooks import CompileGuard
 from reid_engine.engine.train_loop import SimpleTrainer
 from reid_engine.evaluation import inference_on_dataset
-from reid_engine.modeling.compile import eager_calls
-from reid_engine.utils import compiled
-from reid_engine.utils.compiled import uses_cuda_graphs
+from reid_engine.runtime import compiled
+from reid_engine.runtime.compile import eager_calls
+from reid_engine.runtime.compiled import CompileRecord, record_compilation, uses_cuda_graphs
 
 from ._engine_fixtures import CollectFeatures, make_trainer, one_torch_thread  # noqa: F401 (autouse fixture)
 
@@ -93,9 +93,9 @@ def cuda_graphs(monkeypatch):
 
 
 def _replayed(model: nn.Module, backend: ReplayingBackend) -> nn.Module:
-    """`model` compiled in place with `backend`, its mode recorded as modeling.compile_model records it."""
+    """`model` compiled in place with `backend`, its mode recorded as runtime.compile.compile_model records it."""
     model.compile(backend=backend)
-    model.compile_mode = "reduce-overhead"
+    record_compilation(model, CompileRecord("reduce-overhead"))
     assert uses_cuda_graphs(model)
     return model
 

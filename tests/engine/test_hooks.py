@@ -8,8 +8,9 @@ import torch
 
 from reid_engine.engine import hooks
 from reid_engine.engine.train_loop import HookBase
+from reid_engine.integrations.event_writers import JSONWriter
 from reid_engine.utils.checkpoint import Checkpointer
-from reid_engine.utils.events import CommonMetricPrinter, JSONWriter
+from reid_engine.utils.events import CommonMetricPrinter
 
 from ._engine_fixtures import (  # noqa: F401 (one_torch_thread: autouse fixture)
     NoOpTrainer,

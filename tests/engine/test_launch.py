@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 
 from reid_engine.engine.launch import launch
-from reid_engine.engine.rendezvous import default_dist_url, find_free_port
-from reid_engine.modeling.compile import compile_model, uncompile_model
+from reid_engine.reliability.rendezvous import default_dist_url, find_free_port
+from reid_engine.runtime.compile import compile_model, uncompile_model
 from reid_engine.utils import comm
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

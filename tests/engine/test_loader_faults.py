@@ -1,4 +1,4 @@
-"""engine.loader_faults.loader_worker_error: a worker killed by a signal is named with its signal
+"""reliability.loader_faults.loader_worker_error: a worker killed by a signal is named with its signal
 whichever of torch's two checks notices the death first (its SIGCHLD handler, or its liveness
 check while waiting for a batch, which reaps the worker before the handler can tell the signal)."""
 import os
@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from reid_engine.engine.loader_faults import loader_worker_error
+from reid_engine.reliability.loader_faults import loader_worker_error
 
 
 class _Slow(Dataset):

@@ -5,9 +5,9 @@ import dataclasses
 import pytest
 import torch
 
-from reid_engine.config.run_plan import build_run_plan
 from reid_engine.engine.defaults import DefaultTrainer
 from reid_engine.engine.train_loop import AMPTrainer, SimpleTrainer
+from reid_engine.runtime.run_plan import build_run_plan
 
 from ._engine_fixtures import capture_logs, info_logging, tiny_trainer_cfg  # noqa: F401 (info_logging: a fixture)
 
@@ -26,7 +26,7 @@ def test_the_trainer_follows_its_plan_and_logs_it_once(data_root, tmp_path):
     assert trainer.plan.loader_workers == 1
     assert type(trainer._trainer) is SimpleTrainer and trainer.plan.amp is None
     assert trainer.compile_guard.mode == "off" and not trainer.compile_guard.explicit
-    assert trainer.model.channels_last is trainer.plan.channels_last is False
+    assert trainer.model.weights_channels_last() is trainer.plan.channels_last is False
     tables = [m for m in logs.messages if m.startswith("Run plan (train):")]
     assert len(tables) == 1 and "| loader workers" in tables[0]
 
@@ -46,7 +46,7 @@ def test_an_overridden_plan_reaches_model_building_and_the_step_trainer(data_roo
         return build_run_plan(cfg, log=False).amp
 
     trainer = Forced(_cfg(data_root, tmp_path))
-    assert trainer.model.channels_last is True
+    assert trainer.model.weights_channels_last() is True
     assert trainer.model.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert isinstance(trainer._trainer, AMPTrainer) and trainer._trainer.autocast_enabled
     assert trainer._trainer.precision == torch.bfloat16

@@ -14,9 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from reid_engine.engine import hooks, train_loop
-from reid_engine.engine.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
+from reid_engine.engine import hooks
+from reid_engine.engine.hooks import CompileGuard
 from reid_engine.engine.train_loop import SimpleTrainer
+from reid_engine.reliability.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
+from reid_engine.runtime import compile_guard
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.conftest import REPO_ROOT
 from tests.e2e.test_train_net import load_weights, metrics_by_iter
@@ -72,17 +74,21 @@ class _LongSteps:
     active = True
     warming_up = True
 
+    def step_may_be_long(self):
+        return True
+
     def run_step(self, step):
         step()
 
 
-def _trainer(out, *extra_hooks, period=100, guard=None):
-    """A SimpleTrainer over _DropoutModel with staged losses (written every 4 steps), an augmentation,
-    a compile guard, checkpoints into `out` and the Preemption hook."""
+def _trainer(out, *extra_hooks, period=100, guard=None, cls=None):
+    """A SimpleTrainer (or `cls`) over _DropoutModel with staged losses (written every 4 steps), an
+    augmentation, a compile guard, checkpoints into `out` and the Preemption hook."""
     torch.manual_seed(0)
     model = _DropoutModel()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    trainer = SimpleTrainer(model, ResumableStream(), optimizer, gather_metric_period=4, batch_augment=_NoisyAugment())
+    trainer = (cls or SimpleTrainer)(model, ResumableStream(), optimizer, gather_metric_period=4,
+                                     batch_augment=_NoisyAugment())
     trainer.compile_guard = _LongSteps() if guard is None else guard
     checkpointer = Checkpointer(model, str(out), trainer=trainer)
     periodic = hooks.PeriodicCheckpointer(checkpointer, period)
@@ -160,29 +166,78 @@ def test_a_signal_in_the_optimizer_step_of_a_long_step_lets_the_step_finish(tmp_
     assert info.value.iteration == 3 and checkpointer.get_checkpoint_file() == str(tmp_path / "model_0000003.pth")
 
 
-class _Counted:
-    """Counts the snapshots SimpleTrainer takes."""
+class _OwnTrainOnBatch(SimpleTrainer):
+    """A user's trainer with its own train_on_batch: forward, backward, optimizer step, and nothing
+    of preemption (no call ends an interruptible region)."""
 
-    def __init__(self, monkeypatch):
-        self.taken = []
-        snapshot = train_loop._StepSnapshot
-
-        def counted(trainer):
-            self.taken.append(trainer.iter)
-            return snapshot(trainer)
-
-        monkeypatch.setattr(train_loop, "_StepSnapshot", counted)
+    def train_on_batch(self, data, data_time):
+        loss = self.model(data)["loss_cls"]
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
 
 
-class _SteadyGuard(_LongSteps):
+class _OwnRunStep(SimpleTrainer):
+    """A user's trainer with its own run_step (its own stream iterator, no compile guard call)."""
+
+    def run_step(self):
+        if getattr(self, "_own_stream", None) is None:
+            self._own_stream = iter(self.data_loader)
+        data = self.batch_augment(next(self._own_stream))
+        _OwnTrainOnBatch.train_on_batch(self, data, 0.0)
+
+
+@pytest.mark.parametrize("cls", [_OwnTrainOnBatch, _OwnRunStep], ids=["train_on_batch", "run_step"])
+def test_a_user_s_own_step_keeps_its_stop_safety(tmp_path, cls):
+    """Overriding train_on_batch or run_step keeps both halves of the guarantee: a signal before the
+    optimizer step undoes the long step and resumes exactly; one in the optimizer step lets it finish."""
+    reference, _ = _trainer(tmp_path / "ref", cls=cls)
+    reference.train(0, 8)
+    trainer, checkpointer = _trainer(tmp_path / "run", cls=cls)
+    _signal_at(trainer, 5, "mid_backward")
+    with pytest.raises(TrainingPreempted) as info:
+        trainer.train(0, 8)
+    assert info.value.iteration == 4 and checkpointer.get_checkpoint_file() == str(tmp_path / "run" / "model_0000004.pth")
+    resumed, checkpointer = _trainer(tmp_path / "run", cls=cls)
+    checkpointer.resume_or_load("", resume=True)
+    resumed.train(resumed.iter + 1, 8)
+    for (name, a), b in zip(reference.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+    finishing, checkpointer = _trainer(tmp_path / "finish", cls=cls)
+    _signal_at(finishing, 3, "optimizer_step")  # the weights are changing: no undo from here on
+    with pytest.raises(TrainingPreempted) as info:
+        finishing.train(0, 8)
+    assert info.value.iteration == 3 and checkpointer.get_checkpoint_file() == str(tmp_path / "finish" / "model_0000003.pth")
+
+
+def _count_snapshots(trainer):
+    """Record the iterations at which `trainer` takes a step snapshot (its public step_snapshot)."""
+    taken, take = [], trainer.step_snapshot
+
+    def counted():
+        taken.append(trainer.iter)
+        return take()
+    trainer.step_snapshot = counted
+    return taken
+
+
+class _SteadyGuard(CompileGuard):
+    """A real CompileGuard whose model runs compiled and past its warm-up: its rule of long steps is real."""
+
+    active = True
     warming_up = False
+
+    def run_step(self, step):
+        step()
 
 
 def test_eager_and_steady_compiled_steps_take_no_snapshot_and_a_stop_waits_for_the_step(tmp_path, monkeypatch):
-    counted = _Counted(monkeypatch)
     compiles = {"count": 7}
-    monkeypatch.setattr(train_loop, "_compile_count", lambda: compiles["count"])
-    trainer, _ = _trainer(tmp_path, guard=_SteadyGuard())
+    monkeypatch.setattr(compile_guard, "compile_count", lambda: compiles["count"])
+    trainer, _ = _trainer(tmp_path)
+    trainer.compile_guard = _SteadyGuard(trainer.model, "default", explicit=False)
+    taken = _count_snapshots(trainer)
 
     def mid_forward():
         if trainer.iter == 3:
@@ -193,14 +248,14 @@ def test_eager_and_steady_compiled_steps_take_no_snapshot_and_a_stop_waits_for_t
     with pytest.raises(TrainingPreempted) as info:
         trainer.train(0, 10)
     # The first compiled step of the process, and the one after a compilation: the others are steady.
-    assert counted.taken == [0, 4]
+    assert taken == [0, 4]
     assert info.value.iteration == 6  # a steady step is not interrupted: the stop comes after it
 
-    counted.taken.clear()
     eager, _ = _trainer(tmp_path / "eager")
     eager.compile_guard = None
+    taken = _count_snapshots(eager)
     eager.train(0, 5)
-    assert counted.taken == []
+    assert taken == []
 
 
 def test_a_signal_during_a_checkpoint_save_lets_it_finish_and_stops_right_after(tmp_path):

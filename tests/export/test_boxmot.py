@@ -14,8 +14,9 @@ from reid_engine.cli import extract as extract_cli
 from reid_engine.data.datasets import get_dataset
 from reid_engine.data.synthetic import TINY_SPEC
 from reid_engine.data.synthetic.sequence import TINY_SEQUENCE_SPEC, render_sequence
-from reid_engine.export.boxmot import BOXMOT_FILE, IMAGENET_MEAN, IMAGENET_STD, sidecar_path
+from reid_engine.export.boxmot import BOXMOT_FILE, IMAGENET_MEAN, IMAGENET_STD, require_boxmot_runtime, sidecar_path
 from reid_engine.inference import load_features, read_contract
+from reid_engine.utils.errors import MissingPackageError
 from tests.conftest import REPO_ROOT
 from tests.inference._helpers import tiny_cfg
 
@@ -23,8 +24,24 @@ pytest.importorskip("onnxruntime")  # in requirements.txt: CI runs these tests
 onnx = pytest.importorskip("onnx")
 
 # boxmot and motmetrics are test extras (requirements-nodeps.txt, requirements.txt): CI installs both
-needs_boxmot = pytest.mark.skipif(importlib.util.find_spec("boxmot") is None,
+HAS_BOXMOT = importlib.util.find_spec("boxmot") is not None
+needs_boxmot = pytest.mark.skipif(not HAS_BOXMOT,
                                   reason="boxmot is not installed (pip install --no-deps -r requirements-nodeps.txt)")
+
+
+def _runtime_problem() -> str:
+    """Why BoxMOT would change this environment on loading a model ("" when it would not)."""
+    try:
+        require_boxmot_runtime()
+    except MissingPackageError as e:
+        return str(e)
+    return ""
+
+
+# Loading a model where BoxMOT's runtime check fails would pip-install onnxruntime into the
+# environment running the tests: such an environment skips these tests instead (CI's has the pin).
+needs_boxmot_runtime = pytest.mark.skipif(not HAS_BOXMOT or bool(_runtime_problem()),
+                                          reason=_runtime_problem() if HAS_BOXMOT else "boxmot is not installed")
 
 
 def _load_tool():
@@ -82,8 +99,17 @@ def test_boxmot_reads_the_name_and_size_from_the_sidecar_only(boxmot_file, tmp_p
     assert ReIDModelRegistry.get_model_name(bare) is None
 
 
-@pytest.mark.slow  # 7 s in CI: reid-extract and BoxMOT on the same crops
 @needs_boxmot
+def test_boxmot_installs_nothing_exactly_where_onnxruntime_is_its_pin():
+    from importlib.metadata import version
+
+    assert (_runtime_problem() == "") == (version("onnxruntime") == "1.24.3"), _runtime_problem()
+    if _runtime_problem():
+        assert "pip install 'onnxruntime==1.24.3'" in _runtime_problem()
+
+
+@pytest.mark.slow  # 7 s in CI: reid-extract and BoxMOT on the same crops
+@needs_boxmot_runtime
 def test_boxmot_encoder_features_equal_reid_extract(boxmot_file, data_root, tiny_config_file, tmp_path):
     from boxmot.reid.backends.onnx_backend import ONNXBackend
     from boxmot.reid.core import ReID
@@ -108,7 +134,7 @@ def test_boxmot_encoder_features_equal_reid_extract(boxmot_file, data_root, tiny
     assert cosine.min() >= 0.999, cosine
 
 
-@needs_boxmot
+@needs_boxmot_runtime
 def test_botsort_tracks_with_our_encoder(boxmot_file, tiny_sequence):
     tool = _load_tool()
     tracker = tool.make_tracker("botsort", boxmot_file["path"])

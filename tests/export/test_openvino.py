@@ -62,7 +62,7 @@ def test_ir_carries_the_contract_and_matches_pytorch(exported, capsys):
 def test_loading_leaves_the_signal_stack_as_it_was(exported):
     # OpenVINO's first compile on a thread installs an ~11 KB alternate signal stack there, on which a
     # Python-handled SIGCHLD (a loader worker ending) could crash the process: a fresh process shows it.
-    code = ("import sys; from reid_engine.utils.signal_stack import current_signal_stack as s; b = s(); "
+    code = ("import sys; from reid_engine.reliability.signal_stack import current_signal_stack as s; b = s(); "
             "from reid_engine.inference import OpenVinoModel; m = OpenVinoModel(sys.argv[1]); print(b == s(), b, s())")
     proc = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code, exported["openvino"]["path"]],
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=REPO_ROOT))

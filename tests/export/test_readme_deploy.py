@@ -1,4 +1,4 @@
-"""The README's deploy snippet (numpy, Pillow and onnxruntime only) runs and gives the PyTorch embeddings."""
+"""The deploy snippet of docs/deployment.md (numpy, Pillow and onnxruntime only) runs and gives the PyTorch embeddings."""
 import ast
 import os
 import re
@@ -15,10 +15,10 @@ pytest.importorskip("onnx")
 
 
 def _snippet() -> str:
-    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+    with open(os.path.join(REPO_ROOT, "docs", "deployment.md"), encoding="utf-8") as f:
         text = f.read()
     match = re.search(r"<!-- deploy-snippet -->\n```python\n(.*?)```", text, re.S)
-    assert match, "README.md lost its deploy snippet (the block after <!-- deploy-snippet -->)"
+    assert match, "docs/deployment.md lost its deploy snippet (the block after <!-- deploy-snippet -->)"
     return match.group(1)
 
 
@@ -41,7 +41,7 @@ def test_snippet_equals_the_pytorch_predictor(data_root, tiny_checkpoint, tiny_p
     code = _snippet().replace('"exported/model.onnx"', repr(model_path))
     code = code.replace('["person1.jpg", "person2.jpg"]', repr(paths))
     namespace = {}
-    exec(compile(code, "README.md deploy snippet", "exec"), namespace)
+    exec(compile(code, "docs/deployment.md deploy snippet", "exec"), namespace)
     from reid_engine.inference import DefaultPredictor
 
     expected = DefaultPredictor(cfg)(paths).numpy()  # the tiny checkpoint, resized and cropped

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from reid_engine.engine.preemption import PREEMPTED_EXIT_CODE
+from reid_engine.reliability.preemption import PREEMPTED_EXIT_CODE
 from tests.conftest import REPO_ROOT
 from tests.faults._jobs import JOB, MAX_ITER, error_lines, job_env, read, wait_for
 

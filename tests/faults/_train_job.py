@@ -18,8 +18,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from reid_engine.engine import preemption  # noqa: E402
 from reid_engine.engine.train_loop import SimpleTrainer  # noqa: E402
+from reid_engine.reliability import preemption  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
 
 _run_step = SimpleTrainer.run_step

@@ -88,7 +88,8 @@ def test_cli_file_size_limit_mid_training(data_root, tmp_path):
 
 
 def test_metrics_write_failure_is_one_line_and_keeps_earlier_lines(tmp_path):
-    from reid_engine.utils.events import EventStorage, JSONWriter
+    from reid_engine.integrations.event_writers import JSONWriter
+    from reid_engine.utils.events import EventStorage
 
     path = tmp_path / "metrics.json"
     path.write_text('{"iteration": 4, "total_loss": 2.5}\n')

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from reid_engine.engine.rendezvous import RendezvousError, rendezvous
+from reid_engine.reliability.rendezvous import RendezvousError, rendezvous
 from tests.faults._jobs import error_lines, job_args, run, snapshot
 
 

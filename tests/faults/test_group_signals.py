@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from reid_engine.data import DevicePrefetcher, build_reid_train_loader
-from reid_engine.engine import hooks, loader_faults
+from reid_engine.engine import hooks
 from reid_engine.engine.hooks.pseudo_labels import PseudoLabelError
-from reid_engine.engine.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
+from reid_engine.reliability import loader_faults
+from reid_engine.reliability.preemption import PREEMPTED_EXIT_CODE, TrainingPreempted
 from reid_engine.utils.checkpoint import Checkpointer
 from reid_engine.utils.errors import ReidUserError
 from tests.engine._engine_fixtures import make_trainer, one_torch_thread, tiny_trainer_cfg  # noqa: F401

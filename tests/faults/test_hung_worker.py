@@ -11,9 +11,9 @@ import pytest
 from PIL import Image
 
 from reid_engine.config import ConfigError, get_cfg
-from reid_engine.data import loader_watchdog
 from reid_engine.data.build import build_reid_train_loader
-from reid_engine.data.loader_watchdog import LoaderHangError, LoaderWatchdog, check_hang_timeout
+from reid_engine.reliability import loader_watchdog
+from reid_engine.reliability.loader_watchdog import LoaderHangError, LoaderWatchdog, check_hang_timeout
 from tests.conftest import records_of
 
 HANG_TIMEOUT = 1.0

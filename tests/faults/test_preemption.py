@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from reid_engine.engine import hooks, preemption
+from reid_engine.engine import hooks
+from reid_engine.reliability import preemption
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.conftest import REPO_ROOT
 from tests.engine._engine_fixtures import make_trainer, one_torch_thread  # noqa: F401
@@ -65,7 +66,8 @@ def test_signal_in_the_last_step_lets_the_run_complete(tmp_path):
 SECOND_SIGNAL_SCRIPT = """
 import os, signal, sys, time
 sys.path.insert(0, {root!r})
-from reid_engine.engine import hooks, preemption
+from reid_engine.engine import hooks
+from reid_engine.reliability import preemption
 from reid_engine.utils.checkpoint import Checkpointer
 from tests.engine._engine_fixtures import make_trainer
 preemption.REPEAT_WINDOW_S = 0.2

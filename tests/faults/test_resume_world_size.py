@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from reid_engine.engine import preemption
+from reid_engine.reliability import preemption
 from tests.conftest import REPO_ROOT
 from tests.e2e.test_train_net import load_weights, metrics_by_iter
 from tests.faults._jobs import MAX_ITER, error_lines, finish, job_args, job_env, read

@@ -6,10 +6,10 @@ import torch
 from torch import nn
 
 from reid_engine.config import get_cfg
-from reid_engine.config.run_plan import build_run_plan, compile_scope_decision
 from reid_engine.modeling import build_model
-from reid_engine.modeling.compile import compile_model, compiled_modules, eager_calls, repeated_blocks, uncompile_model
-from reid_engine.utils.compiled import is_compiled
+from reid_engine.runtime.compile import compile_model, compiled_modules, eager_calls, repeated_blocks, uncompile_model
+from reid_engine.runtime.compiled import compile_record, is_compiled
+from reid_engine.runtime.run_plan import build_run_plan, compile_scope_decision
 from reid_engine.utils.registry import UnknownChoiceError
 
 
@@ -76,7 +76,7 @@ def test_compiled_blocks_give_eager_outputs_and_keys_and_turn_eager():
     want = net(x)
     keys = list(net.state_dict())
     compile_model(net, "default", backend="eager", scope="blocks")
-    assert net.compile_scope == "blocks" and compiled_modules(net) == repeated_blocks(net)
+    assert compile_record(net).scope == "blocks" and compiled_modules(net) == repeated_blocks(net)
     assert is_compiled(net) and getattr(net, "_compiled_call_impl", None) is None  # the blocks, not the whole
     torch.testing.assert_close(net(x), want, rtol=0, atol=0)
     assert list(net.state_dict()) == keys
@@ -87,7 +87,7 @@ def test_compiled_blocks_give_eager_outputs_and_keys_and_turn_eager():
         net(x)
     assert is_compiled(net) and len(torch._dynamo.utils.get_compilation_metrics()) == graphs
     uncompile_model(net)
-    assert not is_compiled(net) and net.compile_mode == "off"
+    assert not is_compiled(net) and compile_record(net).mode == "off"
 
 
 def test_vit_blocks_with_growing_drop_path_rates_share_one_graph():
@@ -123,7 +123,7 @@ def test_drop_path_at_rate_zero_in_an_active_model_is_exact():
 def test_a_model_without_repeated_blocks_compiles_whole():
     net = nn.Sequential(Block(4))
     compile_model(net, "default", backend="eager", scope="blocks")
-    assert net.compile_scope == "model" and is_compiled(net) and compiled_modules(net) == [net]
+    assert compile_record(net).scope == "model" and is_compiled(net) and compiled_modules(net) == [net]
 
 
 def test_the_plan_compiles_whole_under_auto_and_blocks_when_layers_are_frozen_first():
@@ -139,4 +139,4 @@ def test_the_plan_compiles_whole_under_auto_and_blocks_when_layers_are_frozen_fi
     plan = build_run_plan(cfg, log=False)
     assert plan.compile_scope == "blocks" and "blocks" in dict((r[0], r[1]) for r in plan.rows())["compile"]
     model = build_model(cfg, plan)
-    assert model.compile_scope == "blocks" and len(model.compiled_regions) == 16
+    assert compile_record(model).scope == "blocks" and len(compile_record(model).regions) == 16

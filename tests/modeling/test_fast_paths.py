@@ -6,9 +6,10 @@ import torch
 
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
-from reid_engine.modeling.compile import normalize_compile_mode, resolve_compile_mode
 from reid_engine.modeling.layers.cpu_bf16_conv import MatmulGradConv2d
 from reid_engine.modeling.meta_arch import use_channels_last
+from reid_engine.runtime.compile import normalize_compile_mode, resolve_compile_mode
+from reid_engine.runtime.compiled import compile_record
 from reid_engine.utils.errors import ReidUserError
 
 from ._helpers import tiny_cfg
@@ -25,7 +26,7 @@ def test_channels_last_keeps_keys_and_outputs():
     plain = build_model(tiny_cfg(CHANNELS_LAST="off")).eval()
     torch.manual_seed(0)
     fast = build_model(tiny_cfg(CHANNELS_LAST="on")).eval()
-    assert fast.channels_last and not plain.channels_last
+    assert fast.weights_channels_last() and not plain.weights_channels_last()
     assert fast.backbone.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert list(fast.state_dict()) == list(plain.state_dict())
     images = torch.randint(0, 256, (2, 3, 64, 32), dtype=torch.uint8)
@@ -51,7 +52,7 @@ def test_build_model_lays_out_cpu_bf16_training_channels_last_with_matmul_grad_c
     cfg = tiny_cfg(CHANNELS_LAST="auto", DEVICE="cpu")
     cfg.SOLVER.AMP.ENABLED = amp
     model = build_model(cfg)
-    assert model.channels_last is expected
+    assert model.weights_channels_last() is expected
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
     assert convs and all(isinstance(m, MatmulGradConv2d) is expected for m in convs)
 
@@ -64,7 +65,7 @@ def test_compiled_model_trains_and_saves_eager_key_names(monkeypatch, tmp_path):
     eager = build_model(tiny_cfg())
     torch.manual_seed(0)
     compiled = build_model(tiny_cfg(COMPILE=True, COMPILE_BACKEND="eager"))
-    assert compiled.compile_mode == "default" and eager.compile_mode == "off"
+    assert compile_record(compiled).mode == "default" and compile_record(eager) is None
     assert list(compiled.state_dict()) == list(eager.state_dict())
     assert not any("_orig_mod" in key for key in compiled.state_dict())
     batch = {"images": torch.randint(0, 256, (4, 3, 64, 32), dtype=torch.uint8), "targets": torch.tensor([0, 0, 1, 1])}

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 _CHILD = r"""
 import json, time, torch
 from torch import nn
-from reid_engine.modeling.compile import compile_model
+from reid_engine.runtime.compile import compile_model
 torch.set_num_threads(1)
 class Block(nn.Module):
     def __init__(self, c):

@@ -8,10 +8,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from reid_engine.config.run_plan import build_run_plan
 from reid_engine.modeling import META_ARCH_REGISTRY, Baseline, build_model
 from reid_engine.modeling.meta_arch import summary
 from reid_engine.modeling.meta_arch.build import check_model_config
+from reid_engine.runtime.run_plan import build_run_plan
 from reid_engine.utils.registry import UnknownChoiceError
 
 from ._helpers import tiny_cfg

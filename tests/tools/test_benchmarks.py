@@ -7,6 +7,9 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 BENCHMARKS = os.path.join(REPO_ROOT, "tools", "benchmarks")
+#: the scripts (harness.py and families.py are the modules they share)
+SCRIPTS = sorted(name[:-3] for name in os.listdir(BENCHMARKS) if name.endswith(".py") and name not in (
+    "harness.py", "families.py"))
 
 
 @pytest.fixture
@@ -18,6 +21,14 @@ def bench_module(monkeypatch):
         monkeypatch.delitem(sys.modules, name, raising=False)
         return __import__(name)
     return load
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_script_answers_help(bench_module, monkeypatch, capsys, name):
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--help"])
+    with pytest.raises(SystemExit) as exc:
+        bench_module(name).main()
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith(f"usage: {name}.py"), name
 
 
 @pytest.mark.slow

@@ -28,13 +28,17 @@ STUBBORN_PARENT = (PY + " -c \"import os, signal, subprocess, sys, time; signal.
 WINDOW = "sh -c 'date +%s.%N > {0}; sleep {1}; date +%s.%N >> {0}'"
 
 
-@pytest.fixture(scope="module")
-def acceptance():
+def _load():
     """The script as a module (tools/ is no package)."""
     spec = importlib.util.spec_from_file_location("gpu_acceptance", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def acceptance():
+    return _load()
 
 
 def _dirs(tmp_path):
@@ -102,6 +106,14 @@ def test_the_archive_holds_the_logs_while_the_run_goes_on(tmp_path):
     assert _gone(int(pid_file.read_text()))
     rows = json.loads(_members(archive)["out/results.json"])["rows"]
     assert rows == [{"part": "stubborn", "status": "interrupted"}], output
+
+
+def test_where_the_package_does_not_import_only_the_env_facts_are_printed(tmp_path, monkeypatch, capfd):
+    monkeypatch.setitem(sys.modules, "reid_engine.utils.file_io", None)  # its import now fails
+    assert _load().main(_dirs(tmp_path)) == 1
+    out = capfd.readouterr().out
+    assert "error: reid_engine does not import" in out and '"torch": ' in out.split("ENV ", 1)[1], out
+    assert not (tmp_path / "out").exists()
 
 
 def test_parts_past_the_budget_are_skipped(acceptance, tmp_path):
@@ -207,13 +219,14 @@ def test_max_overlap_counts_the_parts_running_at_once_beside_one(acceptance):
 
 
 def test_the_headline_parts_run_alone_first_and_pooled_runs_get_fewer_workers(acceptance, tmp_path, monkeypatch):
-    monkeypatch.setattr(acceptance, "usable_cpu_count", lambda: 16)
+    monkeypatch.setattr(acceptance, "usable_cpus", lambda: (16, "affinity 16"))
     parts = acceptance.build_parts(acceptance.build_parser().parse_args(_dirs(tmp_path)))  # --jobs 4
     alone = ["env", "data", "bot_eager", "bot_auto", "bot_auto_warm", "fastreid"]
     assert [p.name for p in parts[:6]] == alone and not any(p.shared for p in parts[:6])
     pool = parts[6:]
     assert all(p.shared for p in pool) and pool[0].name == "family:sbs_R50" and pool[-1].name == "bot_auto_blocks"
-    assert {p.name for p in pool} == {"cuda_tests", "bot_auto_blocks", *("family:" + f.name for f in acceptance.FAMILIES)}
+    families = {"family:" + f.name for f in acceptance.FAMILIES if f is not acceptance.BOT}  # BoT: the bot_* parts
+    assert {p.name for p in pool} == {"cuda_tests", "bot_auto_blocks", *families}
     for part in parts:  # Base-bagtricks' 8 workers cut to 16 // 4; the parts alone keep theirs
         if part.commands and part.kind == "train":
             capped = part.commands[-1][-2:] == ["DATALOADER.NUM_WORKERS", "4"]
@@ -224,10 +237,8 @@ def test_the_headline_parts_run_alone_first_and_pooled_runs_get_fewer_workers(ac
 
 
 def test_loader_workers_are_cut_only_above_the_share(acceptance, tmp_path):
-    (tmp_path / "base.yml").write_text("DATALOADER:\n  NUM_WORKERS: 3\n")
+    (tmp_path / "base.yml").write_text("DATALOADER:\n  NUM_WORKERS: 3\n")  # the child inherits 3
     (tmp_path / "child.yml").write_text("_BASE_: base.yml\nMODEL:\n  DEVICE: cuda\n")
-    assert acceptance.config_value(str(tmp_path / "child.yml"), "DATALOADER.NUM_WORKERS") == 3
-    assert acceptance.config_value(str(tmp_path / "child.yml"), "SOLVER.NO_SUCH") is None
     for cpus, added in ((16, []), (8, ["DATALOADER.NUM_WORKERS", "2"])):  # shares 4 and 2 against 3
         part = acceptance.Part("family:x", "train", [["python", "--config-file", str(tmp_path / "child.yml")]])
         acceptance.limit_loader_workers(part, jobs=4, cpus=cpus)
@@ -235,7 +246,7 @@ def test_loader_workers_are_cut_only_above_the_share(acceptance, tmp_path):
 
 
 def test_pooled_parts_share_the_compile_threads(acceptance, monkeypatch):
-    monkeypatch.setattr(acceptance, "usable_cpu_count", lambda: 16)
+    monkeypatch.setattr(acceptance, "usable_cpus", lambda: (16, "affinity 16"))
     monkeypatch.delenv("TORCHINDUCTOR_COMPILE_THREADS", raising=False)
     shared, alone = acceptance.Part("s", "fake", shared=True), acceptance.Part("a", "fake")
     assert acceptance.part_env(shared, jobs=4)["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
@@ -268,7 +279,7 @@ def test_compile_summary_is_the_last_line_and_may_be_absent(acceptance):
     first = {"mode": "reduce-overhead", "decision": "compiled", "reason": "", "compile_s": 50.0, "eager_step_s": 0.2,
              "compiled_step_s": 0.1, "recompiles": 0, "estimate": None}
     last = dict(first, decision="fell back", reason="the compiled step is slower", recompiles=2)
-    text = (f"[11/27 10:00:00 reid_engine.engine.compile_guard]: Compile summary: {json.dumps(first)}\n"
+    text = (f"[11/27 10:00:00 reid_engine.runtime.compile_guard]: Compile summary: {json.dumps(first)}\n"
             f"iter: 19  total_loss: 3.2\n[11/27 10:00:09 x]: Compile summary: {json.dumps(last)}\nlater line\n")
     assert parse(text) == last
     assert parse("no summary here\n") is None and parse("Compile summary: {not json\n") is None
@@ -328,7 +339,8 @@ def test_every_family_command_is_a_valid_config(acceptance, tmp_path):
     (teacher / "teacher.yml").write_text(f"_BASE_: {os.path.join(REPO_ROOT, acceptance.TEACHER_CONFIG)}\n")
     (teacher / "teacher.pth").write_bytes(b"")
     parts = [p for p in acceptance.build_parts(args) if p.kind == "train" and not p.skip]
-    assert {p.name for p in parts} >= {"bot_eager", "bot_auto", *("family:" + f.name for f in acceptance.FAMILIES)}
+    families = {"family:" + f.name for f in acceptance.FAMILIES if f is not acceptance.BOT}
+    assert {p.name for p in parts} >= {"bot_eager", "bot_auto", *families}
     for part in parts:
         command = part.commands[-1]
         cfg = get_cfg()

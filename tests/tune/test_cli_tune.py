@@ -1,5 +1,6 @@
 """The `reid-tune` command line: its flags, and the errors that stop it before any trial runs."""
 import os
+import re
 
 import pytest
 
@@ -40,9 +41,14 @@ def test_parser_defaults_and_flags():
     (GOOD_SPACE.replace("SyntheticReIDTiny/mAP", "Market1501/mAP"), (), 2, ["Market1501/mAP"]),
     ("objective: [1, 2]\nparams: {}\n", (), 2, ["objective"]),
     (GOOD_SPACE, ("--pruner", "sometimes"), 2, []),  # argparse's own usage error
-    (GOOD_SPACE, ("--num-machines", "2"), 2, ["--num-machines 2", "--storage"]),
+    (GOOD_SPACE, ("--num-machines", "2"), 2, ["unrecognized arguments: --num-machines"]),  # not offered
+    (GOOD_SPACE, ("--storage", "postgresql+psycopg://postgres:s3cret@127.0.0.1:55433x/db"), 2,
+     ["cannot read the study storage URL postgresql+psycopg://postgres:***@127.0.0.1:55433x/db"]),
+    (GOOD_SPACE, ("--storage", "postgresql+psycopg://me:s3cret@/x?host=/nonexistent-dir&port=1"), 1,
+     ["cannot open the study storage postgresql+psycopg://me:***@/x?host=/nonexistent-dir&port=1"]),
     (GOOD_SPACE, ("SOLVER.BASE_LRR", "0.1"), 2, ["SOLVER.BASE_LRR"]),  # the base config itself
-], ids=["unknown-key", "metric-of-no-test-set", "bad-objective", "unknown-pruner", "several-machines", "bad-base-opt"])
+], ids=["unknown-key", "metric-of-no-test-set", "bad-objective", "unknown-pruner", "several-machines",
+        "non-numeric-port", "unreachable-server", "bad-base-opt"])
 def test_bad_input_is_one_error_line_before_any_trial(tmp_path, capsys, space_text, extra, code, needles):
     pytest.importorskip("optuna")
     assert run_tune(tmp_path, space_text, *extra) == code
@@ -50,8 +56,8 @@ def test_bad_input_is_one_error_line_before_any_trial(tmp_path, capsys, space_te
     if needles:
         lines = error_lines(err)
         assert len(lines) == 1 and "Traceback" not in err, err
-        assert all(n in lines[0] for n in needles), lines[0]
-    assert not (tmp_path / "out").exists()  # no study, no trial folder
+        assert all(n in lines[0] for n in needles) and "s3cret" not in err, lines[0]
+    assert not (tmp_path / "out" / "space").exists()  # a rejected run leaves no study folder behind
 
 
 def test_summary_of_a_study_that_does_not_exist(tmp_path, capsys):
@@ -76,3 +82,11 @@ def test_missing_optuna_is_one_install_line(tmp_path, capsys, monkeypatch):
     assert run_tune(tmp_path, GOOD_SPACE) == 1
     (line,) = error_lines(capsys.readouterr().err)
     assert line == "reid-tune: error: reid-tune needs Optuna: pip install 'reid_engine[tune]'"
+
+
+def test_every_help_example_names_files_that_exist(capsys):
+    assert tune_cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    files = re.findall(r"(?:configs|tools)/[\w/.]+\.(?:yml|py)", text)
+    assert files and all(os.path.isfile(os.path.join(REPO_ROOT, f)) for f in files), files
+    assert "--num-machines" not in text and "\\\\" not in text  # not offered; no doubled escape

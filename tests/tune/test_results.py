@@ -8,20 +8,17 @@ from PIL import Image
 
 from reid_engine.config import get_cfg
 from reid_engine.engine.config_checks import check_config_values
-from reid_engine.tune import results
 from reid_engine.tune.results import (
     BEST_CONFIG_FILE,
     PLOT_FILES,
     SUMMARY_FILE,
     best_config,
-    best_trial,
-    ranked_trials,
     trials_table,
     write_best_config,
     write_plots,
     write_summary,
 )
-from reid_engine.tune.space import load_search_space, param_distribution
+from reid_engine.tune.space import load_search_space
 from reid_engine.utils.errors import ReidUserError
 from tests.conftest import REPO_ROOT
 
@@ -51,16 +48,18 @@ def _study(space, name="demo"):
                                direction=space.objective.direction)
 
 
-def _add(study, space, state, value=None, params=None, minutes=1.0, intermediate=None, **attrs):
-    """Add a finished (or running) trial with params of the space, lasting `minutes`."""
+def _add(study, space, state, value=None, params=None, minutes=1.0, intermediate=None, retries=(), **attrs):
+    """Add a finished (or running) trial with params of the space, lasting `minutes`; `retries`: the attempts
+    it continues (as Optuna's retry callback records them)."""
     params = dict(params or {})
-    dists = {s.key: param_distribution(s) for s in space.params if s.key in params}
+    dists = {k: d for k, d in space.params.items() if k in params}
+    system_attrs = {"failed_trial": retries[0], "retry_history": list(retries)} if retries else {}
     n = len(study.get_trials(deepcopy=False))
     start = START + datetime.timedelta(hours=n)
     done = None if state == TrialState.RUNNING else start + datetime.timedelta(minutes=minutes)
     study.add_trial(optuna.trial.FrozenTrial(
         number=n, state=state, value=value, datetime_start=start, datetime_complete=done, params=params,
-        distributions=dists, user_attrs=attrs, system_attrs={}, intermediate_values=dict(intermediate or {}),
+        distributions=dists, user_attrs=attrs, system_attrs=system_attrs, intermediate_values=dict(intermediate or {}),
         trial_id=n))
     return n
 
@@ -87,7 +86,7 @@ def _full_study(space, tmp_path):
     _add(study, space, TrialState.FAIL, None, P1, 0.5, error="Loss became NaN at iteration 12\n(see log.txt)",
          output_dir=f"{out}/trial_0004", iterations=12, seed=0, status="failed")
     _add(study, space, TrialState.COMPLETE, 78.5, P3, 3, {100: 50.0, 200: 66.0, 300: 78.5},
-         output_dir=f"{out}/trial_0002", iterations=300, seed=0, status="complete", resumes_trial=2)
+         output_dir=f"{out}/trial_0002", iterations=300, seed=0, status="complete", retries=[2])
     _add(study, space, TrialState.PRUNED, None, P1, 1, {100: 50.0},
          output_dir=f"{out}/trial_0006", iterations=100, seed=0, status="pruned")
     _add(study, space, TrialState.RUNNING, None, P2, output_dir=f"{out}/trial_0007")
@@ -136,8 +135,9 @@ def test_table_top_and_minimize(tmp_path):
     table = trials_table(study, space, top=3)
     assert "best 3 of 7 finished trials:" in table
     assert [r[1] for r in _rows(table)] == ["#0", "#5 (continues #2)", "#3"]
-    assert [t.number for t in ranked_trials(study, space)] == [0, 5, 3, 6, 1, 8, 4]
-    assert best_trial(study, space).number == 0
+    assert [r[1] for r in _rows(trials_table(study, space, top=0))] == [
+        "#0", "#5 (continues #2)", "#3", "#6", "#1", "#8", "#4"]
+    assert study.best_trial.number == 0
 
 
 def test_table_before_any_trial_finished(space):
@@ -145,12 +145,14 @@ def test_table_before_any_trial_finished(space):
     assert trials_table(study, space).endswith("\nno trial has finished yet")
     _add(study, space, TrialState.RUNNING, None, P1)
     _add(study, space, TrialState.FAIL, None, P2, status="preempted")
-    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING, user_attrs={"resumes_trial": 1}))
+    study.add_trial(optuna.trial.create_trial(state=TrialState.WAITING,
+                                              system_attrs={"failed_trial": 1, "retry_history": [1]}))
     text = trials_table(study, space)
     assert text.splitlines() == ["Study demo: 0 trials finished (0 complete, 0 pruned, 0 failed, 1 running, "
                                  "1 interrupted, waiting to be continued); objective SyntheticReID/mAP (maximize)",
                                  "no trial has finished yet"]
-    assert best_trial(study, space) is None
+    with pytest.raises(ValueError):
+        study.best_trial
 
 
 def test_short_column_names_stay_distinct(tmp_path):
@@ -162,9 +164,10 @@ def test_short_column_names_stay_distinct(tmp_path):
     space = load_search_space(str(path))
     study = _study(space)
     _add(study, space, TrialState.COMPLETE, 1.0, {"MODEL.LOSSES.CE.SCALE": 0.5, "MODEL.LOSSES.TRI.SCALE": 1.0,
-                                                  "SOLVER.BASE_LR": 0.002})
-    header = trials_table(study, space).splitlines()[1].split()
-    assert header[4:7] == ["CE.SCALE", "TRI.SCALE", "BASE_LR"]
+                                                  "SOLVER.BASE_LR": 0.002}, iterations=300)
+    table = trials_table(study, space)
+    assert table.splitlines()[1].split()[4:7] == ["CE.SCALE", "TRI.SCALE", "BASE_LR"]
+    assert _rows(table)[0][7] == "300"  # an integer column of trials_dataframe() (no trial lacks it)
 
 
 def _png_ok(path):
@@ -189,7 +192,8 @@ def test_plots_that_cannot_be_drawn_are_skipped_with_a_reason(space, tmp_path, c
     with caplog.at_level(logging.INFO, logger="reid_engine.tune.results"):
         assert write_plots(study, space, str(tmp_path / "a")) == []
     assert "optimization_history.png skipped: no trial has completed yet" in caplog.text
-    assert "param_importances.png skipped: importances need at least 2 complete trials, the study has 0" in caplog.text
+    assert "param_importances.png skipped: importances need 2 complete trials in which some value differs" \
+        in caplog.text
     assert "intermediate_values.png skipped: no trial reported an evaluation" in caplog.text
 
     caplog.clear()
@@ -199,7 +203,7 @@ def test_plots_that_cannot_be_drawn_are_skipped_with_a_reason(space, tmp_path, c
         written = write_plots(study, space, str(tmp_path / "b"))
     assert [os.path.basename(p) for p in written] == ["optimization_history.png"]
     _png_ok(written[0])
-    assert "param_importances.png skipped: every complete trial has the same params (nothing varied yet)" in caplog.text
+    assert "param_importances.png skipped: importances need 2 complete trials" in caplog.text
 
 
 def _flat(cfg, prefix=""):
@@ -252,12 +256,19 @@ def test_best_config_needs_a_complete_trial(space, base_cfg, tmp_path):
     assert not os.path.exists(tmp_path / "best.yaml")
 
 
-def test_write_summary(space, tmp_path, base_cfg, monkeypatch):
-    # The importances plot is tested in test_write_plots (slow: scikit-learn); here it is skipped.
-    monkeypatch.setattr(results, "_importance_skip_reason", lambda complete, space: "not in this test")
+def test_write_summary(space, tmp_path, base_cfg, monkeypatch, caplog):
+    # A plot that fails is one warning (the importances plot is drawn in test_write_plots: slow, scikit-learn).
+    from optuna.visualization import matplotlib as optuna_plots
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no forest today")
+
+    monkeypatch.setattr(optuna_plots, "plot_param_importances", broken)
     study = _full_study(space, tmp_path)
     out = str(tmp_path / "study")
-    text = write_summary(study, space, base_cfg, out)
+    with caplog.at_level(logging.WARNING, logger="reid_engine.tune.results"):
+        text = write_summary(study, space, base_cfg, out)
+    assert "param_importances.png not drawn (RuntimeError: no forest today)" in caplog.text
     for name in (SUMMARY_FILE, BEST_CONFIG_FILE, PLOT_FILES[0], PLOT_FILES[2]):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     _png_ok(os.path.join(out, PLOT_FILES[2]))
@@ -282,3 +293,23 @@ def test_write_summary_without_a_complete_trial(space, tmp_path, base_cfg):
     assert "no trial has finished yet" in text
     assert "Best config: not written yet (no trial has completed)" in text
     assert sorted(os.listdir(out)) == [SUMMARY_FILE]
+
+
+def test_a_study_whose_plots_fail_still_writes_its_summary_and_best_config(space, tmp_path, base_cfg, monkeypatch,
+                                                                           caplog):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    study = _full_study(space, tmp_path)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    out = str(tmp_path / "study")
+    with caplog.at_level(logging.WARNING, logger="reid_engine.tune.results"):
+        write_summary(study, space, base_cfg, out)
+    assert sorted(os.listdir(out)) == [BEST_CONFIG_FILE, SUMMARY_FILE]
+    assert "No plots: No module named 'matplotlib'" in caplog.text

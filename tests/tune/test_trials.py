@@ -26,6 +26,7 @@ from reid_engine.cli import train as train_cli  # noqa: E402
 from reid_engine.cli import tune as tune_cli  # noqa: E402
 from reid_engine.engine import hooks  # noqa: E402
 from reid_engine.engine.trainer_base import TrainingStopped  # noqa: E402
+from reid_engine.reliability.preemption import TrainingPreempted  # noqa: E402
 from reid_engine.tune import study as tune_study  # noqa: E402
 from reid_engine.tune import trial_run  # noqa: E402
 from reid_engine.tune.reporting import TrialReporter, resolve_metric  # noqa: E402
@@ -264,7 +265,7 @@ def test_sigterm_mid_trial_then_same_command_continues_it_bit_exactly(data_root,
     first, second = load(tmp_path / "out" / "lr", "lr").get_trials()
     assert first.state == TrialState.FAIL and first.user_attrs["status"] == "preempted"
     assert first.user_attrs["iterations"] == stopped_at
-    assert second.state == TrialState.COMPLETE and second.user_attrs["resumes_trial"] == 0
+    assert second.state == TrialState.COMPLETE and tune_study.retried_from(second) == 0
     assert second.params == first.params and second.user_attrs["output_dir"] == str(trial_dir)
     assert second.user_attrs["iterations"] == 36  # 4 epochs of 9: the iterations after the checkpoint once
     log = (trial_dir / "log.txt").read_text()
@@ -275,6 +276,33 @@ def test_sigterm_mid_trial_then_same_command_continues_it_bit_exactly(data_root,
     assert got.keys() == want.keys()
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.slow
+def test_a_trial_stopped_after_its_final_checkpoint_evaluates_it_when_continued(data_root, tmp_path, monkeypatch):
+    """Stopped between its final checkpoint (and evaluation) and the recording of its result, as a kill -9 there
+    would: the continuation has nothing left to train, so it evaluates that checkpoint and completes."""
+    original = TrialReporter.after_train
+
+    def stopped_before_the_result(self):
+        if self.trainer.iter >= self.trainer.max_iter:  # after the final checkpoint and evaluation
+            monkeypatch.setattr(TrialReporter, "after_train", original)  # only the first attempt
+            raise TrainingPreempted("stopped before its result", iteration=self.trainer.max_iter - 1)
+        original(self)
+
+    monkeypatch.setattr(TrialReporter, "after_train", stopped_before_the_result)
+    space_file = write_space(tmp_path)
+    args = tune_args(space_file, data_root, tmp_path / "out", n_trials=1)
+    assert tune_cli.main(args) == 143
+    assert tune_cli.main(args) == 0  # the same command continues it
+    first, retry = load(tmp_path / "out" / "lr", "lr").get_trials()
+    assert first.state == TrialState.FAIL and retry.state == TrialState.COMPLETE
+    assert tune_study.retried_from(retry) == 0 and retry.user_attrs["iterations"] == 18
+    out = retry.user_attrs["output_dir"]
+    log = open(os.path.join(out, "log.txt")).read()
+    assert "nothing to train" not in log and "Starting training from iteration 18" in log
+    evaluations = [line[METRIC] for line in map(json.loads, open(os.path.join(out, "metrics.json"))) if METRIC in line]
+    assert retry.value == evaluations[-1] == evaluations[-2]  # the same weights evaluated again: the same mAP
 
 
 # --------------------------------------------------------------------------- the pieces alone

@@ -9,13 +9,8 @@ import threading
 import pytest
 import torch
 
-from reid_engine.utils.events import (
-    CommonMetricPrinter,
-    EventStorage,
-    JSONWriter,
-    TensorboardXWriter,
-    get_event_storage,
-)
+from reid_engine.integrations.event_writers import JSONWriter, TensorboardXWriter
+from reid_engine.utils.events import CommonMetricPrinter, EventStorage, get_event_storage
 from reid_engine.utils.scalar_history import ScalarHistory
 
 

@@ -15,9 +15,9 @@ Usage:
 import argparse
 import os
 import tempfile
-import time
 
 import torch
+from harness import timed
 
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
@@ -28,12 +28,7 @@ from reid_engine.utils.safe_load import load_checkpoint_file
 
 
 def _best(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timed(fn, repeats)[0])
 
 
 def main() -> None:

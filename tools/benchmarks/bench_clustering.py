@@ -21,12 +21,13 @@ Usage: python tools/benchmarks/bench_clustering.py [--num 32621] [--ids 1041] [-
 """
 import argparse
 import resource
-import time
 
 import numpy as np
 import torch
+from harness import Stopwatch
 
 from reid_engine.clustering import dbscan_max_distance, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
+from reid_engine.config import get_cfg
 
 TARGET_SECONDS, TARGET_GB = 60.0, 4.0
 
@@ -73,10 +74,9 @@ def main(argv=None):
     parser.add_argument("--noise", type=float, default=1.0, help="noise norm relative to the unit identity centre")
     parser.add_argument("--cam-style", type=float, default=0.5, help="norm of the per-camera style offset")
     parser.add_argument("--pose", type=float, default=0.8, help="typical norm of the shared pose offset")
-    parser.add_argument("--k1", type=int, default=30)
-    parser.add_argument("--k2", type=int, default=6)
-    parser.add_argument("--eps", type=float, default=0.6)
-    parser.add_argument("--min-samples", type=int, default=4)
+    pseudo = get_cfg().PSEUDO  # the defaults of label-free training
+    for flag, key in (("--k1", "K1"), ("--k2", "K2"), ("--eps", "EPS"), ("--min-samples", "MIN_SAMPLES")):
+        parser.add_argument(flag, type=type(pseudo[key]), default=pseudo[key], help=f"PSEUDO.{key}")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -86,16 +86,15 @@ def main(argv=None):
     print(f"pool: {args.num:,} x {args.dim} features, {len(np.unique(truth)):,} identities, {args.cams} cameras; "
           f"{args.threads} thread(s); peak RSS with the features: {rss_before:.2f} GB")
 
-    start, cpu = time.perf_counter(), time.process_time()
-    # as the pseudo-label hook does: only the pairs DBSCAN can use (within eps) are kept
-    graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=dbscan_max_distance(args.eps))
-    graph_s, graph_cpu = time.perf_counter() - start, time.process_time() - cpu
+    with Stopwatch() as graph_time:  # as the pseudo-label hook does: only the pairs DBSCAN can use (within eps)
+        graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=dbscan_max_distance(args.eps))
+    graph_s, graph_cpu = graph_time.wall, graph_time.cpu
     print(f"jaccard_distance_graph (k1 {args.k1}, k2 {args.k2}): {graph_s:.1f} s ({graph_cpu:.1f} CPU s), "
           f"{graph.nnz:,} stored pairs ({graph.nnz / args.num:.0f} per row, "
           f"{(graph.data.nbytes + graph.indices.nbytes) / 1e6:.0f} MB)", flush=True)
-    start, cpu = time.perf_counter(), time.process_time()
-    labels = dbscan_pseudo_labels(graph, eps=args.eps, min_samples=args.min_samples)
-    dbscan_s, dbscan_cpu = time.perf_counter() - start, time.process_time() - cpu
+    with Stopwatch() as dbscan_time:
+        labels = dbscan_pseudo_labels(graph, eps=args.eps, min_samples=args.min_samples)
+    dbscan_s, dbscan_cpu = dbscan_time.wall, dbscan_time.cpu
     rss_after = peak_rss_gb()
     total = graph_s + dbscan_s
     print(f"dbscan_pseudo_labels (eps {args.eps}, min_samples {args.min_samples}): {dbscan_s:.1f} s ({dbscan_cpu:.1f} CPU s)")

@@ -19,7 +19,7 @@ slower moment of the machine hits both scopes alike.
 
 Examples:
     python tools/benchmarks/bench_compile_time.py                         # every family, both scopes
-    python tools/benchmarks/bench_compile_time.py --families bagtricks_R50 vit --rounds 2
+    python tools/benchmarks/bench_compile_time.py --families bagtricks_R50 bagtricks_vit --rounds 2
     python tools/benchmarks/bench_compile_time.py --backend aot_eager --no-warm   # the front half alone
 """
 import argparse
@@ -30,33 +30,25 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from families import FAMILIES as ALL_FAMILIES
+from harness import Stopwatch
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: family label -> (config file, extra KEY VALUE overrides)
-FAMILIES = {
-    "bagtricks_R50": ("configs/Market1501/bagtricks_R50.yml", []),
-    "bagtricks_R50-ibn": ("configs/Market1501/bagtricks_R50-ibn.yml", []),
-    "bagtricks_S50": ("configs/Market1501/bagtricks_S50.yml", []),
-    "AGW_R50": ("configs/Market1501/AGW_R50.yml", []),
-    "sbs_R50": ("configs/Market1501/sbs_R50.yml", []),
-    "mgn_R50-ibn": ("configs/Market1501/mgn_R50-ibn.yml", []),
-    "moco_R50": ("configs/Market1501/bagtricks_R50_moco.yml", ["MODEL.QUEUE_SIZE", "64"]),
-    "kd-ema_R34": ("configs/Market1501/kd-ema_sbs_R34.yml", []),
-    "osnet": ("configs/Market1501/bagtricks_osnet_x1_0.yml", []),
-    "mobilenetv3": ("configs/Market1501/bagtricks_mobilenetv3_Large.yml", []),
-    "vit": ("configs/Market1501/bagtricks_vit.yml", []),
-}
+HERE = os.path.dirname(os.path.abspath(__file__))
+#: the families its image training step can run: no tracklets, no teacher files to write first
+FAMILIES = {family.name: family for family in ALL_FAMILIES if not family.video and not family.teacher}
 
 # What one measurement process runs (argv: config, scope, batch, steps, overrides as JSON).
 _CHILD = r"""
-import json, statistics, sys, time
+import json, statistics, sys
 import torch
+from harness import timed
 torch.set_num_threads(int(sys.argv[6]))
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
-from reid_engine.config.run_plan import build_run_plan
+from reid_engine.runtime.run_plan import build_run_plan
 config, scope, batch, steps, overrides = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), json.loads(sys.argv[5])
 cfg = get_cfg()
 cfg.merge_from_file(config)
@@ -73,14 +65,11 @@ data = {"images": torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, gen
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 model.train()
 def step():
-    t = time.perf_counter()
     losses = model(data)
     opt.zero_grad(set_to_none=True)
     sum(losses.values()).backward()
     opt.step()
-    return time.perf_counter() - t
-first = step()
-rest = [step() for _ in range(steps)]
+(first, *rest), _ = timed(step, repeats=steps + 1)
 steady = statistics.median(rest)
 graphs = len(torch._dynamo.utils.get_compilation_metrics())
 print("RESULT " + json.dumps({"first_s": first, "steady_s": steady, "compile_s": max(0.0, first - steady),
@@ -90,12 +79,12 @@ print("RESULT " + json.dumps({"first_s": first, "steady_s": steady, "compile_s":
 
 def measure(config: str, scope: str, overrides, args, cache_dir: str) -> dict:
     """One fresh process compiling `config` with `scope` into `cache_dir`; its RESULT line as a dict."""
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=REPO)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(REPO, config), scope, str(args.batch),
-                           str(args.steps), json.dumps(overrides), str(args.threads), args.backend],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=args.timeout)
-    wall = time.perf_counter() - start
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir, PYTHONPATH=os.pathsep.join([REPO, HERE]))
+    with Stopwatch() as watch:
+        proc = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(REPO, config), scope, str(args.batch),
+                               str(args.steps), json.dumps(list(overrides)), str(args.threads), args.backend],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=args.timeout)
+    wall = watch.wall
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -123,7 +112,7 @@ def main(argv=None) -> int:
     rows = {}
     for round_index in range(args.rounds):
         for family in args.families:
-            config, overrides = FAMILIES[family]
+            config, overrides = FAMILIES[family].config, FAMILIES[family].extra
             for scope in args.scopes:
                 cache = tempfile.mkdtemp(prefix="inductor-cache-")
                 try:

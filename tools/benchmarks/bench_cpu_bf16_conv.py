@@ -22,11 +22,11 @@ import copy
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from bench_model import make_batch  # random uint8 images, P x K identities
+from harness import interleaved, timed
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -51,14 +51,7 @@ SHAPES = [(3, 96, 48, 32, 7, 2), (32, 24, 12, 32, 3, 1), (32, 24, 12, 64, 3, 2),
 
 def milliseconds(fn, repeats: int) -> float:
     """Median wall milliseconds of `fn()` over `repeats` calls, after two untimed ones."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(timed(fn, repeats, warmup=2)[0])
 
 
 def bench_shape(batch: int, shape, repeats: int) -> tuple:
@@ -106,17 +99,9 @@ def bench_model(args) -> tuple:
         loss.backward()
         optimizers[name].step()
 
-    times = {name: [] for name in models}
-    for name in models:
-        for _ in range(args.warmup):
-            step(name)
-    for _ in range(args.rounds):
-        for name in models:
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step(name)
-            times[name].append((time.perf_counter() - start) / args.steps)
-    return statistics.median(times["onednn"]), statistics.median(times["built"]), converted
+    times = interleaved({name: lambda name=name: step(name) for name in models}, args.rounds, args.steps, args.warmup)
+    return (statistics.median(times["onednn"]) / args.steps, statistics.median(times["built"]) / args.steps,
+            converted)
 
 
 def main(argv=None):

@@ -12,7 +12,7 @@ at 1x, 2x, 4x and 8x the input size (default 256x128):
 - optionally (``--forward-depth``) the model's forward per image at batch 32 on the CPU, the
   rest of an evaluation's cost per image, so the decode figures can be read as a share of it.
 
-Rounds interleave the two ways image by image; it prints medians over the rounds (ms per image),
+Rounds interleave the two ways, a pass over the images each; it prints medians over the rounds (ms per image),
 the full / draft ratio, and the largest pixel difference of the two pipelines' outputs.
 
 Usage:
@@ -24,18 +24,18 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 from typing import Dict, List
 
 import numpy as np
 import torch
+from harness import interleaved, timed
 from PIL import Image, ImageDraw, ImageFilter
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_transforms, read_image
 
 
-def _pedestrian_like(rng: np.random.Generator, height: int, width: int) -> Image.Image:
+def pedestrian_like(rng: np.random.Generator, height: int, width: int) -> Image.Image:
     """A height x width crop: a textured background, a body of color blocks, blur and sensor noise."""
     img = Image.new("RGB", (width, height), tuple(int(v) for v in rng.integers(40, 200, 3)))
     draw = ImageDraw.Draw(img)
@@ -59,27 +59,17 @@ def write_images(folder: str, size, scales: List[int], count: int) -> Dict[int, 
         paths[scale] = []
         for i in range(count):
             path = os.path.join(folder, f"x{scale}_{i}.jpg")
-            _pedestrian_like(rng, size[0] * scale, size[1] * scale).save(path, quality=90)
+            pedestrian_like(rng, size[0] * scale, size[1] * scale).save(path, quality=90)
             paths[scale].append(path)
     return paths
 
 
 def time_ways(paths: List[str], pipeline, draft_size, rounds: int) -> Dict[str, float]:
-    """Median ms per image of the full and the draft decode (+ transforms), interleaved per image."""
-    ways = {"full": lambda p: pipeline(read_image(p)), "draft": lambda p: pipeline(read_image(p, draft_size))}
-    totals: Dict[str, List[float]] = {name: [] for name in ways}
-    for name, way in ways.items():  # warm-up: file cache, Pillow's first calls
-        way(paths[0])
-    for _ in range(rounds):
-        spent = dict.fromkeys(ways, 0.0)
-        for path in paths:
-            for name, way in ways.items():
-                start = time.perf_counter()
-                way(path)
-                spent[name] += time.perf_counter() - start
-        for name in ways:
-            totals[name].append(1000.0 * spent[name] / len(paths))
-    return {name: statistics.median(values) for name, values in totals.items()}
+    """Median ms per image of the full and the draft decode (+ transforms), in interleaved passes."""
+    ways = {"full": lambda: [pipeline(read_image(p)) for p in paths],
+            "draft": lambda: [pipeline(read_image(p, draft_size)) for p in paths]}
+    totals = interleaved(ways, rounds, warmup=1)  # warm-up: file cache, Pillow's first calls
+    return {name: 1000.0 * statistics.median(values) / len(paths) for name, values in totals.items()}
 
 
 def pixel_difference(paths: List[str], pipeline, draft_size) -> int:
@@ -100,14 +90,9 @@ def forward_ms(depth: str, size, batch: int = 32, repeats: int = 3) -> float:
                         "MODEL.HEADS.NUM_CLASSES", 751])
     model = build_model(cfg).eval()
     images = torch.randint(0, 256, (batch, 3, *size), dtype=torch.uint8).float()
-    times = []
     with torch.no_grad():
-        model({"images": images})  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model({"images": images})
-            times.append(1000.0 * (time.perf_counter() - start) / batch)
-    return statistics.median(times)
+        times, _ = timed(lambda: model({"images": images}), repeats, warmup=1)
+    return 1000.0 * statistics.median(times) / batch
 
 
 def main(argv=None) -> Dict[int, Dict[str, float]]:

@@ -30,10 +30,10 @@ Example:
 import argparse
 import os
 import tempfile
-import time
 
 import numpy as np
 import torch
+from harness import Stopwatch
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -89,10 +89,11 @@ def torch_run(module):
     return run
 
 
-def model_config(name: str, weights: str, data_root: str):
+def model_config(config_file: str, weights: str, data_root: str, overrides=()):
+    """The frozen config of a benchmarked model, on the CPU, with its weights (none: "")."""
     cfg = get_cfg()
-    cfg.merge_from_file(os.path.join(REPO, MODELS[name][0]))
-    cfg.merge_from_list(MODELS[name][1] + ["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False,
+    cfg.merge_from_file(config_file)
+    cfg.merge_from_list(list(overrides) + ["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False,
                                            "MODEL.WEIGHTS", weights or "", "DATASETS.ROOT", data_root,
                                            "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
     cfg.freeze()
@@ -101,7 +102,7 @@ def model_config(name: str, weights: str, data_root: str):
 
 def bench_model(name: str, weights: str, args) -> dict:
     """Export, quantize, time and evaluate one model; returns {backend: {"b1", "b32", "mAP", "R1"}}."""
-    cfg = model_config(name, weights, args.data_root)
+    cfg = model_config(os.path.join(REPO, MODELS[name][0]), weights, args.data_root, MODELS[name][1])
     torch.manual_seed(0)  # the seeded random initialization when no weights are given
     model = build_inference_model(cfg)
     eager = FeatureExtractor(model, normalize=True, flip=cfg.TEST.FLIP.ENABLED).eval()
@@ -114,18 +115,18 @@ def bench_model(name: str, weights: str, args) -> dict:
                       for batch, images in batches.items()}}
     out = os.path.join(args.output, name)
     results = export_model(cfg, out, model=model, source_config=MODELS[name][0])
-    started = time.perf_counter()
-    if args.no_map:  # quantize only: no evaluation at all
-        fp32 = OnnxRuntimeModel(results["onnx"]["path"])
-        paths = calibration_paths(cfg, "train", args.calibration_size)
-        reader = CalibrationBatches(paths, contract_config(cfg, fp32.contract), fp32.contract)
-        quant = {"path": quantize_onnx(fp32.path, os.path.join(out, "model_int8.onnx"), "int8", reader)}
-    else:
-        quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
-                                    calibration_size=args.calibration_size, max_map_drop=float("inf"),
-                                    speed_seconds=0.5)
+    with Stopwatch() as watch:
+        if args.no_map:  # quantize only: no evaluation at all
+            fp32 = OnnxRuntimeModel(results["onnx"]["path"])
+            paths = calibration_paths(cfg, "train", args.calibration_size)
+            reader = CalibrationBatches(paths, contract_config(cfg, fp32.contract), fp32.contract)
+            quant = {"path": quantize_onnx(fp32.path, os.path.join(out, "model_int8.onnx"), "int8", reader)}
+        else:
+            quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
+                                        calibration_size=args.calibration_size, max_map_drop=float("inf"),
+                                        speed_seconds=0.5)
     what = "int8 quantization" if args.no_map else "int8 quantization + fp32/int8 evaluation"
-    print(f"[{name}] {what}: {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"[{name}] {what}: {watch.wall:.0f} s", flush=True)
     contract = read_contract(results["onnx"]["path"])
     assert (contract.input_height, contract.input_width) == size
     scripted = _TorchScriptModel(results["torchscript"]["path"])

@@ -24,11 +24,19 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from harness import Stopwatch
+
 from reid_engine.evaluation import parse_csv_format
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STUDENT = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
 METRICS = ("Rank-1", "mAP", "mINP")
+
+
+def final_metrics(output_dir: str) -> Dict[str, float]:
+    """The metrics of the last evaluation a finished run printed to its log.txt (the first test set)."""
+    with open(os.path.join(output_dir, "log.txt"), encoding="utf-8") as f:
+        return next(iter(parse_csv_format(f.read()).values()), {})
 
 
 def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[str, float]:
@@ -38,15 +46,13 @@ def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[s
     cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config,
            "OUTPUT_DIR", out, *overrides]
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - start
+    with Stopwatch() as watch:
+        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seconds = watch.wall
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         sys.exit(f"{name} failed with exit code {proc.returncode}; its log is {out}/log.txt")
-    with open(os.path.join(out, "log.txt"), encoding="utf-8") as f:
-        results = parse_csv_format(f.read())
-    metrics = next(iter(results.values()), {})
+    metrics = final_metrics(out)
     print(f"    done in {seconds / 60:.1f} min: " + ", ".join(f"{k} {metrics.get(k, float('nan')):.1f}" for k in METRICS),
           flush=True)
     return {**metrics, "seconds": seconds}

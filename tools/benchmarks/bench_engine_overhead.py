@@ -32,13 +32,14 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
+from harness import StepTimer, Stopwatch, TrainOnly, timed
 from torch import nn
 
 from reid_engine.config import get_cfg
-from reid_engine.engine import DefaultTrainer, hooks
-from reid_engine.engine.train_loop import HookBase, SimpleTrainer
+from reid_engine.engine import HookBase, SimpleTrainer, hooks
+from reid_engine.integrations.event_writers import JSONWriter, TensorboardXWriter
 from reid_engine.utils.checkpoint import Checkpointer
-from reid_engine.utils.events import CommonMetricPrinter, JSONWriter, TensorboardXWriter
+from reid_engine.utils.events import CommonMetricPrinter
 from reid_engine.utils.logger import setup_logger
 
 TARGET_PERCENT = 2.0
@@ -83,12 +84,10 @@ def time_hook_methods(hook_list):
         for phase in ("before_step", "after_step"):
             original = getattr(hook, phase)
 
-            def timed(original=original, name=type(hook).__name__):
-                start = time.perf_counter()
-                original()
-                spent[name] += time.perf_counter() - start
+            def timed_phase(original=original, name=type(hook).__name__):
+                spent[name] += timed(original)[0][0]
 
-            setattr(hook, phase, timed)
+            setattr(hook, phase, timed_phase)
     return spent
 
 
@@ -102,25 +101,21 @@ class _CpuSeconds:
         return self
 
     def __next__(self):
-        start = time.process_time()
-        batch = next(self.iterator)
-        self.seconds.append(time.process_time() - start)
+        with Stopwatch() as watch:
+            batch = next(self.iterator)
+        self.seconds.append(watch.cpu)
         return batch
 
 
-class _Breakdown(HookBase):
-    """Records the CPU seconds of each loop iteration (hooks included) and, after every
-    `block` iterations, runs `block` model-only steps on `batch` and records theirs."""
+class _ModelOnlyBlocks(HookBase):
+    """After every `block` iterations, runs `block` model-only steps on `batch` and records their
+    CPU seconds, outside the loop iterations `loop` times; measures the trainer's stream (`loader`)."""
 
-    def __init__(self, batch, block: int):
-        self.batch, self.block = batch, block
-        self.loop, self.model, self.loader, self._last = [], [], None, None
+    def __init__(self, batch, block: int, loop: StepTimer):
+        self.batch, self.block, self.loop = batch, block, loop
+        self.model, self.loader = [], None
 
     def before_step(self):
-        now = time.process_time()
-        if self._last is not None:
-            self.loop.append(now - self._last)
-        self._last = now
         if self.loader is None:  # the trainer's own stream, measured from the first step on
             inner = self.trainer._trainer
             self.loader = inner._data_loader_iter_obj = _CpuSeconds(inner._data_loader_iter)
@@ -130,19 +125,12 @@ class _Breakdown(HookBase):
             return
         model, optimizer = self.trainer.model, self.trainer.optimizer
         for _ in range(self.block):
-            start = time.process_time()
-            loss = sum(model(self.batch).values())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            self.model.append(time.process_time() - start)
-        self._last = None  # the next iteration's interval starts after the block
-
-
-class _NoFinalEval(DefaultTrainer):
-    @classmethod
-    def test(cls, cfg, model, evaluators=None, final=False):
-        return {}
+            with self.loop.excluded(), Stopwatch() as watch:
+                loss = sum(model(self.batch).values())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            self.model.append(watch.cpu)
 
 
 def main_job_breakdown(args) -> None:
@@ -155,20 +143,17 @@ def main_job_breakdown(args) -> None:
         cfg = get_cfg()
         cfg.merge_from_file(MAIN_JOB)
         cfg.DATASETS.ROOT, cfg.OUTPUT_DIR, cfg.DATALOADER.NUM_WORKERS = args.data_root, output_dir, 0
-        trainer = _NoFinalEval(cfg)
         batch = make_batch(cfg.SOLVER.IMS_PER_BATCH, cfg.DATALOADER.NUM_INSTANCE, *cfg.INPUT.SIZE_TRAIN,
                            torch.device("cpu"))
-        breakdown = _Breakdown(batch, block=4)
-        trainer.register_hooks([breakdown])
-        trainer._trainer._hooks = trainer._hooks
-        trainer.max_iter = 4 + args.iters
-        trainer.train()
+        iterations = StepTimer(clock=time.process_time)
+        breakdown = _ModelOnlyBlocks(batch, 4, iterations)
+        TrainOnly(cfg, 4 + args.iters, [iterations, breakdown]).train()
     skip = 3  # the first iterations: start-up
-    loop, loader = statistics.median(breakdown.loop[skip:]), statistics.median(breakdown.loader.seconds[skip:])
-    model = statistics.median(breakdown.model)
+    loop = statistics.median(iterations.iterations[skip:])
+    loader, model = statistics.median(breakdown.loader.seconds[skip:]), statistics.median(breakdown.model)
     print(f"main job ({os.path.relpath(MAIN_JOB, REPO)}), batch {cfg.SOLVER.IMS_PER_BATCH}, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU seconds, medians of "
-          f"{len(breakdown.loop) - skip} loop iterations and {len(breakdown.model)} model-only steps")
+          f"{len(iterations.iterations) - skip} loop iterations and {len(breakdown.model)} model-only steps")
     print(f"loop iteration {loop:.4f} s = loader {loader:.4f} s ({100 * loader / model:.1f} % of the model step) "
           f"+ model step and engine {loop - loader:.4f} s")
     print(f"model-only step {model:.4f} s; engine (iteration - loader - model-only): {loop - loader - model:+.4f} s "

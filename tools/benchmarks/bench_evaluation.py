@@ -18,9 +18,9 @@ import os
 import resource
 import subprocess
 import sys
-import time
 
 import torch
+from harness import Stopwatch, timed
 
 from reid_engine.evaluation import evaluate_rank, evaluate_rank_from_features, iter_distance_chunks
 from reid_engine.evaluation.rank import RankAccumulator
@@ -58,14 +58,10 @@ def make_split(num_query: int, num_gallery: int, ids: int, cams: int, dim: int, 
     return fill(q_pids), fill(g_pids), q_pids, g_pids, q_cams, g_cams
 
 
-def timed(fn, repeat=1):
+def best(fn, repeat=1):
     """Best wall time of `repeat` calls and the last result."""
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, result
+    times, result = timed(fn, repeat)
+    return min(times), result
 
 
 def distance_only(qf, gf, metric="cosine"):
@@ -77,16 +73,16 @@ def distance_only(qf, gf, metric="cosine"):
 def case_market(args):
     qf, gf, qp, gp, qc, gc = make_split(*SIZES["market"], args.dim, args.noise)
     dist = torch.cat([d for _, d in iter_distance_chunks(qf, gf, "cosine")])
-    t_dist, (cmc, m_ap, m_inp) = timed(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
-    cpu = time.process_time()
-    evaluate_rank(dist, qp, gp, qc, gc)
-    cpu_dist = time.process_time() - cpu
+    t_dist, (cmc, m_ap, m_inp) = best(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
+    with Stopwatch() as watch:
+        evaluate_rank(dist, qp, gp, qc, gc)
+    cpu_dist = watch.cpu
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on a busy machine one thread avoids OpenMP stragglers
-    t_dist_1, _ = timed(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
+    t_dist_1, _ = best(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
     torch.set_num_threads(threads)
-    t_floor, _ = timed(lambda: distance_only(qf, gf), repeat=2)
-    t_feat, _ = timed(lambda: evaluate_rank_from_features(qf, gf, qp, gp, qc, gc), repeat=2)
+    t_floor, _ = best(lambda: distance_only(qf, gf), repeat=2)
+    t_feat, _ = best(lambda: evaluate_rank_from_features(qf, gf, qp, gp, qc, gc), repeat=2)
     return {"metrics_from_distmat_s": t_dist, "metrics_from_distmat_cpu_s": cpu_dist,
             "metrics_from_distmat_1_thread_s": t_dist_1, "distance_only_s": t_floor, "features_to_metrics_s": t_feat,
             "ratio_features_to_metrics_over_distance": t_feat / t_floor,
@@ -96,7 +92,7 @@ def case_market(args):
 def case_msmt(args):
     qf, gf, qp, gp, qc, gc = make_split(*SIZES["msmt"], args.dim, args.noise)
     rss_features = peak_rss_mb()
-    t_floor, _ = timed(lambda: distance_only(qf, gf))
+    t_floor, _ = best(lambda: distance_only(qf, gf))
     rss_floor = peak_rss_mb()
 
     def features_to_metrics():
@@ -105,7 +101,7 @@ def case_msmt(args):
             acc.update(start, block)
         return acc.summarize()
 
-    t_feat, (cmc, m_ap, m_inp) = timed(features_to_metrics)
+    t_feat, (cmc, m_ap, m_inp) = best(features_to_metrics)
     return {"distance_only_s": t_floor, "features_to_metrics_s": t_feat,
             "ratio_features_to_metrics_over_distance": t_feat / t_floor,
             "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
@@ -123,7 +119,7 @@ def case_rerank(args):
             acc.update(start, block)
         return acc.summarize()
 
-    t_rerank, (cmc, m_ap, m_inp) = timed(rerank_metrics)
+    t_rerank, (cmc, m_ap, m_inp) = best(rerank_metrics)
     base = evaluate_rank_from_features(qf, gf, qp, gp, qc, gc)
     n = qf.shape[0] + gf.shape[0]
     return {"pool": n, "rerank_and_metrics_s": t_rerank, "rank1": float(cmc[0]), "mAP": m_ap,

@@ -25,12 +25,12 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
 import torch
+from bench_deploy import model_config, torch_run  # the same config and eager call as bench_deploy's
+from harness import interleaved
 
-from reid_engine.config import get_cfg
 from reid_engine.export import export_model, input_image_size, quantize_and_verify, quantize_openvino_and_verify
 from reid_engine.inference import FeatureExtractor, OnnxRuntimeModel, OpenVinoModel, build_inference_model
 from reid_engine.utils.logger import setup_logger
@@ -38,16 +38,6 @@ from reid_engine.utils.logger import setup_logger
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LABELS = {"eager": "PyTorch eager", "ort_fp32": "ONNX Runtime fp32", "ort_int8": "ONNX Runtime int8",
           "ov_fp32": "OpenVINO fp32", "ov_int8": "OpenVINO int8"}
-
-
-def model_config(config_file: str, weights: str, data_root: str):
-    """The frozen config of the benchmarked model, on the CPU, with its weights."""
-    cfg = get_cfg()
-    cfg.merge_from_file(config_file)
-    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False, "MODEL.WEIGHTS", weights,
-                         "DATASETS.ROOT", data_root, "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
-    cfg.freeze()
-    return cfg
 
 
 def export_and_quantize(cfg, model, out: str, calibration_size: int):
@@ -68,12 +58,7 @@ def export_and_quantize(cfg, model, out: str, calibration_size: int):
 def runners(eager, paths, threads: int):
     """{back end: callable on a uint8 numpy batch} with `threads` intra-op threads each."""
     torch.set_num_threads(threads)
-
-    def run_eager(images):
-        with torch.inference_mode():
-            return eager(torch.from_numpy(images))
-
-    return {"eager": run_eager,
+    return {"eager": torch_run(eager),
             "ort_fp32": OnnxRuntimeModel(paths["ort_fp32"], threads=threads).run,
             "ort_int8": OnnxRuntimeModel(paths["ort_int8"], threads=threads).run,
             "ov_fp32": OpenVinoModel(paths["ov_fp32"], threads=threads).run,
@@ -81,20 +66,11 @@ def runners(eager, paths, threads: int):
 
 
 def interleaved_speeds(runs, images: np.ndarray, rounds: int, calls: int) -> dict:
-    """{back end: median images/s over `rounds` rounds}; each round times `calls` calls of every back end."""
-    for run in runs.values():  # warm-up: first calls allocate and pick kernels
-        run(images)
-        run(images)
-    names = list(runs)
-    samples = {name: [] for name in names}
-    for round_index in range(rounds):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            for _ in range(calls):
-                runs[name](images)
-            samples[name].append(calls * len(images) / (time.perf_counter() - start))
-    return {name: statistics.median(values) for name, values in samples.items()}
+    """{back end: median images/s over `rounds` rounds}; each round times `calls` calls of every back end,
+    in an order rotated each round (two untimed calls first: they allocate and pick kernels)."""
+    samples = interleaved({name: lambda run=run: run(images) for name, run in runs.items()}, rounds, calls,
+                          warmup=2, rotate=True)
+    return {name: calls * len(images) / statistics.median(values) for name, values in samples.items()}
 
 
 def main(argv=None):

@@ -21,9 +21,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from bench_distillation import run_job  # the same "run the real command, read its metrics" helper
-
-from reid_engine.evaluation import parse_csv_format
+from bench_distillation import final_metrics, run_job  # run the real command, read its metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUPERVISED = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
@@ -44,10 +42,8 @@ def job(name: str, config: str, overrides: List[str], args) -> Dict[str, float]:
     """`run_job`, or with --reuse the final metrics a finished run of that name left in --output."""
     out = os.path.join(args.output, name)
     if args.reuse and os.path.exists(os.path.join(out, "model_final.pth")):
-        with open(os.path.join(out, "log.txt"), encoding="utf-8") as f:
-            metrics = next(iter(parse_csv_format(f.read()).values()), {})
         print(f"{name}: reusing {out}", flush=True)
-        return {**metrics, "seconds": float("nan")}
+        return {**final_metrics(out), "seconds": float("nan")}
     return run_job(name, config, overrides, args.output)
 
 

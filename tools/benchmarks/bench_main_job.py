@@ -24,37 +24,17 @@ import statistics
 import sys
 import tempfile
 import threading
-import time
 
 import torch
+from harness import StepTimer, Stopwatch, TrainOnly
 
 from reid_engine.config import get_cfg
 from reid_engine.data.synthetic.generator import DEFAULT_SPEC, generate_synthetic_reid
-from reid_engine.engine import DefaultTrainer
-from reid_engine.engine.train_loop import HookBase
+from reid_engine.engine import DefaultTrainer, HookBase
 from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLD = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
-
-
-class _StepTimes(HookBase):
-    """Wall time of each step (before_step to after_step)."""
-
-    def __init__(self):
-        self.times, self._start = [], None
-
-    def before_step(self):
-        self._start = time.perf_counter()
-
-    def after_step(self):
-        self.times.append(time.perf_counter() - self._start)
-
-
-class _NoFinalEval(DefaultTrainer):
-    @classmethod
-    def test(cls, cfg, model, evaluators=None, final=False):
-        return {}
 
 
 def load_config(path: str, data_root: str, output_dir: str):
@@ -79,7 +59,7 @@ class _TakeTurns(HookBase):
 
     def before_step(self):
         # Hand over here rather than in after_step: the previous step's timed window (closed
-        # by _StepTimes.after_step) must end before the other trainer starts computing.
+        # by StepTimer.after_step) must end before the other trainer starts computing.
         if self._steps and self._steps % self.per_turn == 0:
             self._hand_over()
         if not self.turns[self.index].wait(timeout=3600):
@@ -95,12 +75,8 @@ class _TakeTurns(HookBase):
 def build_trainer(path: str, args, output_dir: str, turn_hook: HookBase):
     """(trainer, its step-time hook) for the job in `path`: warmup + iters iterations, no
     final evaluation, taking turns through `turn_hook`."""
-    trainer = _NoFinalEval(load_config(path, args.data_root, output_dir))
-    steps = _StepTimes()
-    trainer.register_hooks([turn_hook, steps])  # wait for the turn outside the timed window
-    trainer._trainer._hooks = trainer._hooks
-    trainer.max_iter = args.warmup + args.iters
-    return trainer, steps
+    steps = StepTimer()  # after the turn hook: the wait for the turn is outside the timed window
+    return TrainOnly(load_config(path, args.data_root, output_dir), args.warmup + args.iters, [turn_hook, steps]), steps
 
 
 def train_in_turns(trainers) -> None:
@@ -126,10 +102,10 @@ def measure(trainer, steps, args) -> dict:
     """s/it (of the timed iterations), s/eval and the iteration and evaluation counts of the
     job the trainer was built from."""
     cfg = trainer.cfg
-    seconds_per_iter = statistics.median(steps.times[args.warmup:])
-    start = time.perf_counter()
-    DefaultTrainer.test(cfg, trainer.model)
-    seconds_per_eval = time.perf_counter() - start
+    seconds_per_iter = statistics.median(steps.steps[args.warmup:])
+    with Stopwatch() as evaluation:
+        DefaultTrainer.test(cfg, trainer.model)
+    seconds_per_eval = evaluation.wall
     total_iters = cfg.SOLVER.MAX_EPOCH * trainer.iters_per_epoch
     periodic = math.ceil(cfg.SOLVER.MAX_EPOCH / cfg.TEST.EVAL_PERIOD) - 1 if cfg.TEST.EVAL_PERIOD > 0 else 0
     return {"s_per_iter": seconds_per_iter, "iters": total_iters, "s_per_eval": seconds_per_eval,
@@ -152,10 +128,9 @@ def main(argv=None):
     setup_logger()
     generation = 0.0
     if not args.skip_generation:
-        with tempfile.TemporaryDirectory() as tmp:
-            start = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp, Stopwatch() as watch:
             generate_synthetic_reid(os.path.join(tmp, "SyntheticReID"), DEFAULT_SPEC)
-            generation = time.perf_counter() - start
+        generation = watch.wall
     with tempfile.TemporaryDirectory() as out:
         turns = [threading.Event(), threading.Event()]
         turns[0].set()

@@ -12,9 +12,9 @@ Example:
 """
 import argparse
 import statistics
-import time
 
 import torch
+from harness import timed
 
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
@@ -62,24 +62,18 @@ def time_training_steps(model, batch, steps: int, warmup: int, amp_dtype=None, v
     (autocast to `amp_dtype` on the model's device when given)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model.train()
-    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    times = []
-    for step in range(warmup + steps):
-        sync()
-        start = time.perf_counter()
+
+    def step():
         with torch.autocast(model.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             losses = model(batch)
         optimizer.zero_grad(set_to_none=True)
         sum(losses.values()).backward()
         optimizer.step()
-        sync()
-        elapsed = time.perf_counter() - start
-        tag = "warmup" if step < warmup else "timed"
-        if verbose:
-            print(f"  step {step + 1}/{warmup + steps} ({tag}): {elapsed:.3f}s", flush=True)
-        if step >= warmup:
-            times.append(elapsed)
-    return times
+
+    def show(index, seconds):
+        tag = "warmup" if index < warmup else "timed"
+        print(f"  step {index + 1}/{warmup + steps} ({tag}): {seconds:.3f}s", flush=True)
+    return timed(step, steps, warmup, model.device, each=show if verbose else None)[0]
 
 
 def main(argv=None):

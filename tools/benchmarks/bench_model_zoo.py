@@ -24,10 +24,10 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 import torch
 from bench_model import bot_config, make_batch, time_training_steps
+from harness import Stopwatch, timed
 
 from reid_engine.modeling import META_ARCH_REGISTRY
 from reid_engine.modeling.meta_arch import count_flops, count_parameters
@@ -79,26 +79,18 @@ def inference_images_per_second(model, batch: int, iters: int, warmup: int, amp_
     device = model.device
     images = torch.randint(0, 256, (batch, 3, HEIGHT, WIDTH), dtype=torch.uint8,
                            generator=torch.Generator().manual_seed(0)).to(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model.eval()
-    times = []
     with torch.no_grad(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-        for step in range(warmup + iters):
-            sync()
-            start = time.perf_counter()
-            model({"images": images})
-            sync()
-            if step >= warmup:
-                times.append(time.perf_counter() - start)
+        times, _ = timed(lambda: model({"images": images}), iters, warmup, device)
     model.train()
     return batch / statistics.median(times)
 
 
-def measure(builder: str, depth: str, args, timed: bool) -> dict:
-    """One row: params, GFLOPs and (when timed) the throughputs."""
+def measure(builder: str, depth: str, args, with_speed: bool) -> dict:
+    """One row: params, GFLOPs and (`with_speed`) the throughputs."""
     model = build_bot(builder, depth, "cpu")
     row = {"params": count_parameters(model) / 1e6, "gflops": count_flops(model, (HEIGHT, WIDTH)) / 1e9}
-    if timed:
+    if with_speed:
         row["cpu_infer"] = inference_images_per_second(model, args.batch, args.iters, args.warmup)
         batch = make_batch(args.batch, args.instances, HEIGHT, WIDTH, model.device)
         steps = time_training_steps(model, batch, args.iters, args.warmup, verbose=False)
@@ -185,11 +177,11 @@ def main(argv=None):
             continue
         for depth in depths:
             name = row_name(builder, depth)
-            timed = timed_all or name in args.timed
-            start = time.perf_counter()
-            rows[name] = measure(builder, depth, args, timed)
+            timed_row = timed_all or name in args.timed
+            with Stopwatch() as watch:
+                rows[name] = measure(builder, depth, args, timed_row)
             print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name].items())
-                  + f" ({time.perf_counter() - start:.0f}s)", flush=True)
+                  + f" ({watch.wall:.0f}s)", flush=True)
     table = markdown_table(rows, args.device == "cuda")
     print()
     print(table)

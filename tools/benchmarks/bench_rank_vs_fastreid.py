@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from bench_evaluation import SIZES, make_split  # the benchmark's random identity-structured split
 from bench_shared_cores import busy_processes
+from harness import interleaved
 
 from reid_engine.evaluation import evaluate_rank, iter_distance_chunks
 from reid_engine.evaluation import rank as rank_module
@@ -93,14 +94,9 @@ def main():
         "fast-reid Cython": lambda: fastreid_metrics(rank_cy, dist, qp, gp, qc, gc),
     }
     results = {name: fn() for name, fn in runs.items()}  # warm-up, and the metrics compared below
-    times = {name: [] for name in runs}
     with busy_processes(args.load, args.load_nice):
         time.sleep(1.0 if args.load else 0.0)  # let them reach the scheduler's steady state
-        for r in range(args.rounds):
-            for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
-                start = time.perf_counter()
-                runs[name]()
-                times[name].append(time.perf_counter() - start)
+        times = interleaved(runs, args.rounds, rotate=True)  # two of them: the order alternates
         load_seen = os.getloadavg()[0]
 
     for name, values in times.items():

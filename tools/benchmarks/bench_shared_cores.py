@@ -29,8 +29,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Dict, Iterator, List
+
+from harness import Stopwatch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
@@ -74,19 +75,14 @@ def _placer(placement: str, cgroup: str):
 
 def make_cgroup(cpus: float) -> str:
     """A cgroup limited to `cpus` CPUs (v1's cpu controller or v2), removed at exit."""
-    name = f"reid_engine_bench_{os.getpid()}"
-    if os.path.isdir("/sys/fs/cgroup/cpu"):
-        folder = os.path.join("/sys/fs/cgroup/cpu", name)
-        os.makedirs(folder)
-        with open(os.path.join(folder, "cpu.cfs_period_us"), "w") as f:
-            f.write("100000")
-        with open(os.path.join(folder, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(int(cpus * 100000)))
-    else:
-        folder = os.path.join("/sys/fs/cgroup", name)
-        os.makedirs(folder)
-        with open(os.path.join(folder, "cpu.max"), "w") as f:
-            f.write(f"{int(cpus * 100000)} 100000")
+    v1 = os.path.isdir("/sys/fs/cgroup/cpu")
+    folder = os.path.join("/sys/fs/cgroup/cpu" if v1 else "/sys/fs/cgroup", f"reid_engine_bench_{os.getpid()}")
+    os.makedirs(folder)
+    quota = int(cpus * 100000)
+    settings = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": str(quota)} if v1 else {"cpu.max": f"{quota} 100000"}
+    for name, value in settings.items():
+        with open(os.path.join(folder, name), "w") as f:
+            f.write(value)
     atexit.register(os.rmdir, folder)
     return folder
 
@@ -138,9 +134,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for i, variant in enumerate(variants):
-                start = time.perf_counter()
-                windows[variant] += run_once(args, os.path.join(tmp, f"r{r}_{i}"), *variant, cgroups=cgroups)
-                print(f"round {r + 1}/{args.rounds} {variant}: {time.perf_counter() - start:.0f} s", flush=True)
+                with Stopwatch() as watch:
+                    windows[variant] += run_once(args, os.path.join(tmp, f"r{r}_{i}"), *variant, cgroups=cgroups)
+                print(f"round {r + 1}/{args.rounds} {variant}: {watch.wall:.0f} s", flush=True)
     print(f"\n{'policy':>8} {'threads':>7} {'placement':>9} {'load':>6} {'windows':>7} {'median s/it':>11} "
           f"{'worst s/it':>10} {'worst / quiet median':>20}")
     for policy, threads, loaded, placement in variants:

@@ -3,7 +3,7 @@
 
 After every step the workers start an all-reduce (max) of one integer over gloo and read
 its result one step later, so that all of them stop after the same iteration without a
-step waiting for the others (reid_engine.engine.preemption.StopAgreement). This script
+step waiting for the others (reid_engine.reliability.preemption.StopAgreement). This script
 starts N gloo workers on this machine and times, after a warm-up, the call with a
 --step-ms pause between calls (what a training step gives the all-reduce to finish in)
 and, for comparison, a blocking all-reduce; it prints both per step and their share of
@@ -22,9 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from harness import timed  # noqa: E402
 
 from reid_engine.engine.launch import launch  # noqa: E402
-from reid_engine.engine.preemption import StopAgreement  # noqa: E402
+from reid_engine.reliability.preemption import StopAgreement  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
 
 
@@ -41,10 +42,8 @@ def _time_calls(call, calls: int, step_s: float) -> float:
     comm.synchronize()
     spent = 0.0
     for _ in range(calls):
-        time.sleep(step_s)
-        start = time.perf_counter()
-        call(0)
-        spent += time.perf_counter() - start
+        time.sleep(step_s)  # the step, untimed
+        spent += timed(lambda: call(0))[0][0]
     return spent / calls
 
 

@@ -33,18 +33,18 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import torch
 from bench_model import make_batch
+from harness import StepTimer, TrainOnly, interleaved
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_reid_train_loader
 from reid_engine.engine import DefaultTrainer
-from reid_engine.engine.train_loop import HookBase, resolve_amp_dtype
-from reid_engine.modeling.compile import normalize_compile_mode
+from reid_engine.engine.train_loop import resolve_amp_dtype
+from reid_engine.runtime.compile import normalize_compile_mode
+from reid_engine.runtime.compiled import mark_step_begin
 from reid_engine.solver import build_optimizer
-from reid_engine.utils.compiled import mark_step_begin
 from reid_engine.utils.logger import setup_logger
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -86,21 +86,6 @@ def variant_compile_mode(parts) -> str:
     return normalize_compile_mode(modes[0]) if modes else "off"
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def _peak_gb(device: torch.device) -> float:
-    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
-
-
 def bench_model_step(cfg, args, num_classes: int) -> tuple:
     """(images/s, peak GB) of the bare training step on one fixed device batch."""
     cfg = cfg.clone()
@@ -111,11 +96,8 @@ def bench_model_step(cfg, args, num_classes: int) -> tuple:
     dtype = resolve_amp_dtype(cfg.SOLVER.AMP.DTYPE, device.type) if cfg.SOLVER.AMP.ENABLED else None
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
     batch = make_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, device)
-    _reset_peak(device)
-    for step in range(args.warmup + args.iters):
-        if step == args.warmup:
-            _sync(device)
-            start = time.perf_counter()
+
+    def step():
         mark_step_begin(model)  # CUDA graphs: a new step (as CompileGuard does in the trainer)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             loss = sum(model(batch).values())
@@ -127,34 +109,13 @@ def bench_model_step(cfg, args, num_classes: int) -> tuple:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
-    _sync(device)
-    return args.batch * args.iters / (time.perf_counter() - start), _peak_gb(device)
-
-
-class _Window(HookBase):
-    """Times iterations warmup .. end with one synchronisation at each end."""
-
-    def __init__(self, warmup: int, device: torch.device):
-        self.warmup, self.device, self.start, self.seconds = warmup, device, None, None
-
-    def before_step(self):
-        if self.trainer.iter == self.warmup:
-            _sync(self.device)
-            _reset_peak(self.device)
-            self.start = time.perf_counter()
-
-    def after_train(self):
-        _sync(self.device)
-        if self.start is not None:
-            self.seconds = time.perf_counter() - self.start
-
-
-class _TrainOnlyTrainer(DefaultTrainer):
-    """The DefaultTrainer without the final evaluation (not part of the training loop)."""
-
-    @classmethod
-    def test(cls, cfg, model, evaluators=None, final=False):
-        return {}
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    # one window, one synchronisation at each end; the memory peak includes the warm-up steps
+    (seconds,) = interleaved({"step": step}, rounds=1, calls=args.iters, warmup=args.warmup, device=device)["step"]
+    peak = torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else float("nan")
+    return args.batch * args.iters / seconds, peak
 
 
 def compile_outcome(trainer) -> str:
@@ -167,25 +128,18 @@ def compile_outcome(trainer) -> str:
 
 def bench_trainer(cfg, args) -> tuple:
     """(images/s, peak GB, number of classes, compile outcome) of the full DefaultTrainer loop."""
-    trainer = _TrainOnlyTrainer(cfg)
-    trainer.max_iter = args.warmup + args.iters
-    window = _Window(args.warmup, trainer.model.device if hasattr(trainer.model, "device") else torch.device(args.device))
-    trainer.register_hooks([window])
-    trainer._trainer._hooks = trainer._hooks
+    window = StepTimer(start=args.warmup, device=torch.device(args.device))
+    trainer = TrainOnly(cfg, args.warmup + args.iters, [window])
     trainer.train()
     num_classes = trainer.cfg.MODEL.HEADS.NUM_CLASSES
-    return args.batch * args.iters / window.seconds, _peak_gb(window.device), num_classes, compile_outcome(trainer)
+    return args.batch * args.iters / window.window, window.peak_gb, num_classes, compile_outcome(trainer)
 
 
 def bench_loader(cfg, args) -> float:
     """Images/s of the training loader alone."""
     batches = iter(build_reid_train_loader(cfg))
-    for _ in range(args.warmup):
-        next(batches)
-    start = time.perf_counter()
-    for _ in range(args.iters):
-        next(batches)
-    return args.batch * args.iters / (time.perf_counter() - start)
+    (seconds,) = interleaved({"loader": lambda: next(batches)}, rounds=1, calls=args.iters, warmup=args.warmup)["loader"]
+    return args.batch * args.iters / seconds
 
 
 def main(argv=None):

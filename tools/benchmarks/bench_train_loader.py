@@ -34,31 +34,18 @@ import logging
 import os
 import statistics
 import tempfile
-import time
 from typing import Dict, List
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw, ImageFilter
+from bench_decode import pedestrian_like
+from harness import Stopwatch, timed
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_batch_augmentation, build_reid_train_loader, build_transforms, read_image
 from reid_engine.data.common import sample_rng
 
 TARGET_PER_WORKER = 1000.0
-
-
-def _pedestrian_like(rng: np.random.Generator, width: int) -> Image.Image:
-    """A 128 x width crop with a background, a body of two color blocks, blur and noise."""
-    img = Image.new("RGB", (width, 128), tuple(int(v) for v in rng.integers(40, 200, 3)))
-    draw = ImageDraw.Draw(img)
-    cx = width // 2 + int(rng.integers(-6, 7))
-    draw.ellipse([cx - 7, 8, cx + 7, 24], fill=tuple(int(v) for v in rng.integers(90, 230, 3)))
-    draw.rectangle([cx - 14, 24, cx + 14, 70], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
-    draw.rectangle([cx - 12, 70, cx + 12, 120], fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
-    img = img.filter(ImageFilter.GaussianBlur(1.0))
-    noisy = np.asarray(img, dtype=np.int16) + rng.integers(-12, 13, (128, width, 3))
-    return Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8))
 
 
 def write_market_like(root: str, num_images: int, num_ids: int, seed: int = 0) -> None:
@@ -74,7 +61,7 @@ def write_market_like(root: str, num_images: int, num_ids: int, seed: int = 0) -
             cam = 1 + (i // (num_ids if split == "bounding_box_train" else num_ids // 10 + 1)) % 6
             width = 64 if i % 3 else 48
             name = f"{pid:04d}_c{cam}s1_{i:06d}_01.jpg"
-            _pedestrian_like(rng, width).save(os.path.join(folder, name), quality=90)
+            pedestrian_like(rng, 128, width).save(os.path.join(folder, name), quality=90)
 
 
 def bot_config(root: str, workers: int):
@@ -117,10 +104,10 @@ def _train_paths(cfg, count: int) -> List[str]:
 def _rate(fn, count: int, step: int = 1):
     """(images/s wall, images/s CPU) of calling ``fn(i)`` for i in range(0, count, step), each
     call handling ``step`` images."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    for i in range(0, count, step):
-        fn(i)
-    return count / (time.perf_counter() - wall), count / (time.process_time() - cpu)
+    with Stopwatch() as watch:
+        for i in range(0, count, step):
+            fn(i)
+    return count / watch.wall, count / watch.cpu
 
 
 def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, tuple]:
@@ -185,34 +172,28 @@ def _children_cpu_seconds() -> float:
 def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
     """Iterate ``batches`` batches after a warm-up, applying the batch ops as the trainer does
     (when the config moves them); return throughput figures."""
-    build = time.perf_counter()
-    loader = build_reid_train_loader(cfg)
-    build = time.perf_counter() - build
+    with Stopwatch() as build:
+        loader = build_reid_train_loader(cfg)
     workers = cfg.DATALOADER.NUM_WORKERS
     augment = build_batch_augmentation(cfg, device, seed=0)
     iterator = iter(loader)
     for _ in range(3):  # start-up: worker spawn and the first prefetches
         next(iterator)
-    child_cpu, own_cpu = _children_cpu_seconds(), time.process_time()
-    wall = time.perf_counter()
+    child_cpu = _children_cpu_seconds()
     images, augment_seconds = 0, 0.0
-    for _ in range(batches):
-        batch = next(iterator)
-        if augment is not None:
-            start = time.perf_counter()
-            batch = augment(batch)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            augment_seconds += time.perf_counter() - start
-        images += len(batch["targets"])
-    wall = time.perf_counter() - wall
-    decode_cpu = (_children_cpu_seconds() - child_cpu) if workers else \
-        (time.process_time() - own_cpu)
+    with Stopwatch() as watch:
+        for _ in range(batches):
+            batch = next(iterator)
+            if augment is not None:
+                (seconds,), batch = timed(lambda: augment(batch), device=torch.device(device))
+                augment_seconds += seconds
+            images += len(batch["targets"])
+    decode_cpu = (_children_cpu_seconds() - child_cpu) if workers else watch.cpu
     loader.close()
-    return {"images/s": images / wall,
-            "images/s per worker": images / wall / max(workers, 1),
+    return {"images/s": images / watch.wall,
+            "images/s per worker": images / watch.wall / max(workers, 1),
             "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan"),
-            "batch ops ms/batch": 1000 * augment_seconds / batches, "build s": build}
+            "batch ops ms/batch": 1000 * augment_seconds / batches, "build s": build.wall}
 
 
 def main(argv: List[str] = None) -> None:

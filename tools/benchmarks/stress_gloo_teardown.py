@@ -9,7 +9,7 @@ the worker, in one of three ways (--mode):
 - test-before: the failing test's worker before issue 37 (barrier, destroy the group,
   return; the interpreter finalizes with gloo's threads still running);
 - launch-before: `launch`'s worker before issue 37 (its barrier and teardown, then return);
-- after: `launch`'s worker as it is now (teardown, then `_end_worker`).
+- after: `launch`'s worker as it is now (teardown, then `reliability.rendezvous.end_worker`).
 
 A run counts as an abort when a worker ends with SIGABRT (or with another signal after
 "terminate called ..."), as failed when a worker ends otherwise non-zero or the run hangs
@@ -40,8 +40,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
+from harness import Stopwatch  # noqa: E402
 
-from reid_engine.engine import rendezvous  # noqa: E402
+from reid_engine.reliability import rendezvous  # noqa: E402
 from reid_engine.utils import comm  # noqa: E402
 
 # the module, not the function `reid_engine.engine.launch` that the package exports
@@ -98,7 +99,7 @@ def _worker_test_before(local_rank: int, dist_url: str, log_dir: str, starve: bo
 
 
 def _worker_launch_before(local_rank: int, dist_url: str, log_dir: str, starve: bool) -> None:
-    """`launch`'s worker before issue 37: the same as now, without `_end_worker`."""
+    """`launch`'s worker before issue 37: the same as now, without `end_worker`."""
     _capture_stderr(log_dir, local_rank)
     rendezvous.join_process_group("gloo", dist_url, WORLD, local_rank, WORLD, _TIMEOUT, 120.0)
     launch_module._setup_groups(WORLD)
@@ -202,9 +203,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="stress_gloo_teardown_") as log_root:
         for mode in modes:
-            start = time.time()
-            results[mode] = stress(mode, args.runs, args.parallel, args.starve, args.run_timeout, log_root)
-            results[mode]["seconds"] = round(time.time() - start)
+            with Stopwatch() as watch:
+                results[mode] = stress(mode, args.runs, args.parallel, args.starve, args.run_timeout, log_root)
+            results[mode]["seconds"] = round(watch.wall)
     for mode, c in results.items():
         print(f"{mode}: runs {c['runs']}, aborts {c['aborts']} ({100 * c['aborts'] / max(c['runs'], 1):.1f} %), "
               f"other failures {c['failed']}, {c['seconds']} s ({'starved' if args.starve else 'plain'} scheduling)")

@@ -1,5 +1,5 @@
 """``build_transforms``: the one reader of the ``INPUT.*`` config keys, but for where the batched ops run
-(INPUT.DEVICE_AUGMENT), which the run plan decides (``config.run_plan.device_augment_decision``)."""
+(INPUT.DEVICE_AUGMENT), which the run plan decides (``runtime.run_plan.device_augment_decision``)."""
 
 import logging
 from typing import List, Optional, Tuple, Union
@@ -7,7 +7,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 from reid_engine.config import ConfigError
-from reid_engine.config.run_plan import DEVICE_AUGMENT_CHOICES, batched_op_names, device_augment_decision, reordered_keys
+from reid_engine.runtime.run_plan import DEVICE_AUGMENT_CHOICES, batched_op_names, device_augment_decision, reordered_keys
 from reid_engine.utils.registry import UnknownChoiceError
 
 from .autoaugment import AugMix, AutoAugment
@@ -70,7 +70,7 @@ def _train_ops(inp, batched: bool) -> List[Transform]:
 def device_augment_enabled(cfg, device: Union[str, torch.device, None] = None) -> bool:
     """Whether pad-crop, flip and random erasing run batched on the device (INPUT.DEVICE_AUGMENT).
 
-    The rule is the run plan's (``config.run_plan.device_augment_decision``): ``auto`` turns it
+    The rule is the run plan's (``runtime.run_plan.device_augment_decision``): ``auto`` turns it
     on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled.
 
     Args:

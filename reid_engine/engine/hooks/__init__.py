@@ -4,7 +4,7 @@ from ..train_loop import HookBase
 from .basic import TIMER_WARMUP_ITERS, CallbackHook, IterationTimer, LRScheduler, PeriodicWriter
 from .checkpointing import BestCheckpointer, PeriodicCheckpointer, Preemption
 from .evaluation import EvalHook, flatten_results_dict, periodic_evaluation_due
-from .model_state import EMATeacher, LayerFreeze, PreciseBN
+from .model_state import CompileGuard, EMATeacher, LayerFreeze, PreciseBN
 from .profiling import TorchMemoryStats, TorchProfiler
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "PeriodicCheckpointer",
     "BestCheckpointer",
     "Preemption",
+    "CompileGuard",
     "LRScheduler",
     "EvalHook",
     "PreciseBN",

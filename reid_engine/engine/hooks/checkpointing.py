@@ -4,9 +4,9 @@ import math
 import os
 from typing import Optional
 
+from ...reliability import preemption
 from ...utils import comm
 from ...utils.checkpoint import PeriodicCheckpointer as _PeriodicCheckpointerBase
-from .. import preemption
 from ..train_loop import HookBase
 from .evaluation import periodic_evaluation_due
 
@@ -128,7 +128,7 @@ class Preemption(HookBase):
     """Stop cleanly on SIGTERM / SIGUSR1 / SIGINT: finish the current step, save a
     checkpoint through the run's :class:`PeriodicCheckpointer` (atomically, named like a
     periodic one, and ``last_checkpoint`` names it), then raise
-    :class:`~reid_engine.engine.preemption.TrainingPreempted`.
+    :class:`~reid_engine.reliability.preemption.TrainingPreempted`.
 
     Register it on every worker, after the PeriodicCheckpointer: after each step the
     workers agree on whether anyone was signalled (one tiny all-reduce, read one step
@@ -139,7 +139,7 @@ class Preemption(HookBase):
     signal handlers are installed in ``before_train`` and put back in ``after_train``.
 
     Work that may last minutes (a compiling step, an evaluation) runs in interruptible
-    regions (``engine.preemption.interruptible``): a signal there ends it at once, its owner
+    regions (``reliability.preemption.interruptible``): a signal there ends it at once, its owner
     puts back the state of the last finished iteration and this hook saves that iteration's
     checkpoint (:meth:`_stop_interrupted`: named as above, ``model_final`` for the last
     iteration, ``model_start`` for the state before a new run's first step) without any

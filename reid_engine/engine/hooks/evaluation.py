@@ -2,8 +2,8 @@
 import logging
 from typing import Callable, Dict, Mapping, Optional
 
+from ...reliability import preemption
 from ...utils import comm
-from .. import preemption
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class EvalHook(HookBase):
     dict of floats) are flattened with ``/`` into the storage.
 
     An evaluation may take minutes (a first compiled one recompiles, big galleries): it runs
-    in an interruptible region (``engine.preemption``), so a stop signal ends it at once and
+    in an interruptible region (``reliability.preemption``), so a stop signal ends it at once and
     the Preemption hook saves the checkpoint of the evaluated iteration, whose weights a
     finished step left. That checkpoint records the evaluation as pending (this hook's
     state), and the resumed run does a periodic one first, in ``before_train``, with its

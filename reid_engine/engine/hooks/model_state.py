@@ -1,4 +1,5 @@
-"""Hooks that change the model between steps: precise BN statistics, layer freezing and the EMA teacher."""
+"""Hooks that change the model between steps: precise BN statistics, layer freezing, the EMA teacher and
+the compile guard (which may turn a compiled model eager)."""
 import itertools
 import logging
 from typing import Iterable, Sequence
@@ -6,12 +7,18 @@ from typing import Iterable, Sequence
 from fvcore.nn.precise_bn import get_bn_modules, update_bn_stats
 from torch import nn
 
-from ...modeling.compile import eager_calls
+from ...runtime import compile_guard
+from ...runtime.compile import eager_calls
 from ...utils.comm import unwrap_model
 from ...utils.events import EventStorage
 from ..train_loop import HookBase
 
 logger = logging.getLogger(__name__)
+
+
+class CompileGuard(compile_guard.CompileGuard, HookBase):
+    """The runtime's :class:`~reid_engine.runtime.compile_guard.CompileGuard` registered as a hook: its
+    decision is checkpointed under the key ``CompileGuard`` and its summary logged after training."""
 
 
 class PreciseBN(HookBase):

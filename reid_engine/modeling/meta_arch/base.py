@@ -40,7 +40,7 @@ class ReidModelBase(nn.Module):
         pixel_mean, pixel_std: per-channel statistics of 0..255 images.
     """
 
-    #: why MODEL.COMPILE auto keeps this architecture eager (None: it compiles); see modeling/compile.py
+    #: why MODEL.COMPILE auto keeps this architecture eager (None: it compiles); see runtime/compile.py
     EAGER_ONLY_REASON = None
 
     def __init__(self, pixel_mean: Sequence[float], pixel_std: Sequence[float]):
@@ -60,6 +60,13 @@ class ReidModelBase(nn.Module):
     def device(self) -> torch.device:
         """The device of the model's buffers and parameters."""
         return self.pixel_mean.device
+
+    def weights_channels_last(self) -> bool:
+        """Whether the model's convolution weights are in the channels_last memory format (its first
+        4-D parameter, unambiguously: a 1x1 kernel is both), so that images are laid out to match."""
+        weight = next((p for p in self.parameters() if p.dim() == 4), None)
+        return weight is not None and weight.is_contiguous(memory_format=torch.channels_last) \
+            and not weight.is_contiguous()
 
     def preprocess_image(self, batch: Batch) -> torch.Tensor:
         """Return normalised float images on the model's device; the input is not modified.
@@ -81,7 +88,7 @@ class ReidModelBase(nn.Module):
         images = images.to(self.device, non_blocking=True)
         # sub/div are out of place: the caller's tensor stays as it was.
         images = images.to(self.pixel_mean.dtype).sub(self.pixel_mean).div(self.pixel_std)
-        if getattr(self, "channels_last", False):  # set by build_model (MODEL.CHANNELS_LAST)
+        if self.weights_channels_last():  # build_model laid them out so (MODEL.CHANNELS_LAST)
             images = images.contiguous(memory_format=torch.channels_last)
         return images
 

@@ -7,10 +7,11 @@ from typing import Optional
 import torch
 from torch import nn
 
-from reid_engine.config.run_plan import CHANNELS_LAST_CHOICES, RunPlan, build_run_plan, use_channels_last
+from reid_engine.runtime.run_plan import CHANNELS_LAST_CHOICES, RunPlan, build_run_plan, use_channels_last
 from reid_engine.utils.registry import Registry
 
-from ..compile import compile_model, inductor_cache_dir
+from ...runtime.compile import compile_model, inductor_cache_dir
+from ...runtime.compiled import compile_record
 from ..layers.cpu_bf16_conv import convert_to_matmul_grad_convs
 from .summary import log_model_summary
 
@@ -30,7 +31,7 @@ and features (B, D) in eval mode.
 def check_model_config(cfg) -> None:
     """Check every enumerated MODEL value of the architecture (backbone, head, losses), building nothing.
 
-    The layout and compile keys are the run plan's (``config.run_plan.check_plan_config``).
+    The layout and compile keys are the run plan's (``runtime.run_plan.check_plan_config``).
 
     Args:
         cfg: the config tree.
@@ -42,7 +43,8 @@ def check_model_config(cfg) -> None:
 
 def _scope_text(model: nn.Module) -> str:
     """"the whole model" or "N repeated blocks (Bottleneck x16)" for the compile log line."""
-    regions = getattr(model, "compiled_regions", None)
+    record = compile_record(model)
+    regions = record.regions if record is not None else []
     if not regions:
         return "the whole model"
     kinds = Counter(type(m).__name__ for m in regions)
@@ -82,9 +84,7 @@ def build_model(cfg, plan: Optional[RunPlan] = None) -> nn.Module:
         # there while it is converted (a peak of the weights plus the largest one); a weight
         # already in channels_last moves to the device as it is.
         model.to(memory_format=torch.channels_last)
-    model.to(device)
-    model.channels_last = plan.channels_last  # preprocess_image lays the images out to match
-    model.compile_mode = "off"
+    model.to(device)  # preprocess_image lays the images out as the weights are (channels_last or not)
     if plan.compiled:
         # In place (nn.Module.compile): state_dict keys stay free of torch.compile's "_orig_mod." prefix.
         compile_model(model, plan.compile_mode, plan.compile_backend, plan.compile_scope)

@@ -1,0 +1,320 @@
+"""MLFLOW.*: training runs in MLflow through its own API (``pip install 'reid_engine[mlflow]'``).
+
+:class:`MLflowWriter`, an event writer (main process), opens its run with ``mlflow.start_run``
+(``parent_run_id``: MLFLOW.PARENT_RUN_ID; run id kept in ``OUTPUT_DIR/mlflow_run.json``, so a
+resumed training continues it) and sends metrics with ``MlflowClient.log_batch(...,
+synchronous=False)``: MLflow splits and sends them from its own thread, the loop never waits. The
+run ends FINISHED, KILLED (stopped on purpose, which the engine tells) or FAILED; a failing store
+is one warning. Default store: SQLite in ``OUTPUT_DIR/mlruns`` (MLflow 3.13+ refuses its file
+store). Knows nothing of the engine."""
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+
+from ..config import CfgNode, ConfigError
+from ..utils.errors import MissingPackageError, ReidUserError, first_line
+from ..utils.events import EventWriter, collect_new_scalars, get_event_storage
+from ..utils.file_io import atomic_write_text
+from ..utils.urls import mask_password, sqlite_file
+
+__all__ = ["RUN_RECORD_FILE", "MlflowTrackingError", "MLflowWriter", "check_mlflow_config", "resolve_tracking_uri",
+           "flatten_params", "read_run_record", "start_parent_run", "end_run", "log_run_summary"]
+
+logger = logging.getLogger(__name__)
+
+RUN_RECORD_FILE = "mlflow_run.json"  # names the run of OUTPUT_DIR: a resumed training continues it
+DEFAULT_STORE_DIR, _DEFAULT_DB_FILE, _ARTIFACT_DIR = "mlruns", "mlflow.db", "mlartifacts"
+RUN_ARTIFACTS = ("config.yaml", "metrics.json", "log.txt")  # logged when a run ends (those that exist)
+INSTALL_HINT = "pip install 'reid_engine[mlflow]'"
+MAX_PARAM_VALUE_LENGTH, MAX_KEY_LENGTH = 6000, 250  # mlflow.utils.validation's limits
+_TRUNCATED_NOTE = " ...[truncated: the full value is in config.yaml]"
+_BAD_KEY_CHARS = re.compile(r"[^\w\-. /:]")  # what MLflow accepts in names; the rest becomes "_"
+_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+class MlflowTrackingError(ReidUserError):
+    """The MLflow store could not be reached or refused a request (one line: the URI, the error)."""
+
+
+def check_mlflow_config(cfg: CfgNode) -> None:
+    """Check MLFLOW.* before a run: mlflow (and for SQLite SQLAlchemy and alembic) installed, an experiment
+    named. Raises MissingPackageError or ConfigError (one line)."""
+    if not cfg.MLFLOW.ENABLED:
+        return
+    if importlib.util.find_spec("mlflow") is None:
+        raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
+    if not cfg.MLFLOW.EXPERIMENT.strip():
+        raise ConfigError("MLFLOW.EXPERIMENT is empty: name the MLflow experiment the runs go to (default reid_engine)")
+    uri = resolve_tracking_uri(cfg)
+    missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
+    if uri.startswith("sqlite:") and missing:
+        raise MissingPackageError(f"the MLflow store {uri} (MLFLOW.TRACKING_URI) is SQLite, which needs "
+                                  f"{' and '.join(missing)}: {INSTALL_HINT}, or set MLFLOW.TRACKING_URI to a server")
+
+
+def resolve_tracking_uri(cfg: CfgNode) -> str:
+    """MLFLOW.TRACKING_URI, else $MLFLOW_TRACKING_URI, else ``sqlite:///<abs OUTPUT_DIR>/mlruns/mlflow.db``."""
+    uri = cfg.MLFLOW.TRACKING_URI.strip() or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    return uri or "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), DEFAULT_STORE_DIR, _DEFAULT_DB_FILE)
+
+
+def _one_line(error: BaseException) -> str:
+    return mask_password(f"{type(error).__name__}: {first_line(error)}")[:300]
+
+
+def flatten_params(node: Mapping, prefix: str = "") -> Dict[str, str]:
+    """Flatten a nested mapping (a config) into ``{"MODEL.BACKBONE.NAME": "build_resnet_backbone"}``, values as text."""
+    flat: Dict[str, str] = {}
+    for key, value in node.items():
+        flat.update(flatten_params(value, f"{prefix}{key}.") if isinstance(value, Mapping) else
+                    {f"{prefix}{key}": str(value)})
+    return flat
+
+
+def _key(name: str) -> str:
+    return _BAD_KEY_CHARS.sub("_", name)[:MAX_KEY_LENGTH]
+
+
+def _params(params: Mapping[str, str], existing: Mapping[str, str] = None) -> List[Any]:
+    """MLflow Params of `params` not in `existing` (long values cut, with a note)."""
+    from mlflow.entities import Param
+
+    cut = MAX_PARAM_VALUE_LENGTH - len(_TRUNCATED_NOTE)
+    return [Param(_key(k), v if len(v) <= MAX_PARAM_VALUE_LENGTH else v[:cut] + _TRUNCATED_NOTE)
+            for k, v in params.items() if _key(k) not in (existing or {})]
+
+
+def _client(uri: str):
+    """An MlflowClient of `uri` (a local SQLite store's folder is created)."""
+    from mlflow.tracking import MlflowClient
+
+    if sqlite_file(uri) is not None:
+        os.makedirs(os.path.dirname(sqlite_file(uri)), exist_ok=True)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _experiment_id(client, name: str, uri: str) -> str:
+    """The id of experiment `name`, created when missing (a SQLite store's artifacts beside its database)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        db = sqlite_file(uri)
+        try:
+            return client.create_experiment(name, artifact_location=db and Path(os.path.dirname(db), _ARTIFACT_DIR)
+                                            .as_uri())
+        except Exception:  # another process created it meanwhile
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        raise MlflowTrackingError(f"the MLflow experiment '{name}' at {mask_password(uri)} is deleted "
+                                  "(MLFLOW.EXPERIMENT): restore it (mlflow experiments restore) or name another one")
+    return experiment.experiment_id
+
+
+def _failure(uri: str, error: Exception) -> MlflowTrackingError:
+    return MlflowTrackingError(f"MLflow tracking at {mask_password(uri)} failed ({_one_line(error)}): check "
+                               "MLFLOW.TRACKING_URI (or MLFLOW_TRACKING_URI) and that its server is up")
+
+
+def start_parent_run(tracking_uri: str, experiment: str, run_name: str, params: Mapping[str, Any],
+                     tags: Optional[Mapping[str, str]] = None) -> str:
+    """Open a study's parent run (params flattened); returns its id, the trials' MLFLOW.PARENT_RUN_ID."""
+    try:
+        client = _client(tracking_uri)
+        run_id = client.create_run(_experiment_id(client, experiment, tracking_uri), run_name=run_name or None,
+                                   tags=dict(tags or {})).info.run_id
+        client.log_batch(run_id, params=_params(flatten_params(params)))
+    except MlflowTrackingError:
+        raise
+    except Exception as e:
+        raise _failure(tracking_uri, e) from e
+    return run_id
+
+
+def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED", artifacts: Sequence[str] = ()) -> None:
+    """Attach the files `artifacts` (those that exist) to run `run_id` and end it with `status`."""
+    if status not in _STATUSES:
+        raise ValueError(f"status must be one of {', '.join(_STATUSES)}, got {status!r}")
+    try:
+        client = _client(tracking_uri)
+        for path in filter(os.path.isfile, artifacts):
+            client.log_artifact(run_id, path)
+        client.set_terminated(run_id, status=status)
+    except Exception as e:
+        raise _failure(tracking_uri, e) from e
+
+
+def read_run_record(output_dir: str) -> Optional[dict]:
+    """``<output_dir>/mlflow_run.json`` (run_id, tracking_uri, experiment_id, last_step, status), or None."""
+    try:
+        with open(os.path.join(output_dir, RUN_RECORD_FILE), "r", encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("run_id") else None
+
+
+@contextlib.contextmanager
+def _fluent_uri(uri: str) -> Iterator[None]:
+    """The fluent API's tracking URI for a block (and $MLFLOW_TRACKING_URI, which MLflow sets with it)."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(before)  # None: unset, as it was
+
+
+class MLflowWriter(EventWriter):
+    """Log a training run (`cfg`: all of it as params) to MLflow: new scalars as metrics (step =
+    iteration), the OUTPUT_DIR files `artifacts` at the end, and its status: FINISHED once it reached
+    `max_iter`, else KILLED when `stopped_on_purpose()`, else FAILED. `resumed()`, asked at the first
+    write: whether the training continues a checkpoint of OUTPUT_DIR (then it continues the run)."""
+
+    def __init__(self, cfg: CfgNode, max_iter: int, resumed: Optional[Callable[[], bool]] = None,
+                 stopped_on_purpose: Optional[Callable[[], bool]] = None, artifacts: Sequence[str] = RUN_ARTIFACTS,
+                 window_size: int = 20):
+        if importlib.util.find_spec("mlflow") is None:
+            raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
+        self._cfg, self._uri, self._output_dir, self._max_iter = cfg, resolve_tracking_uri(cfg), cfg.OUTPUT_DIR, max_iter
+        self._resumed = resumed or (lambda: False)
+        self._stopped_on_purpose = stopped_on_purpose or (lambda: False)
+        self._artifacts, self._window_size = tuple(artifacts), window_size
+        self._run_id: Optional[str] = None
+        self._experiment_id, self._last_write, self._confirmed, self._disabled, self._sent = "", -1, -1, False, None
+        # A failed asynchronous batch reaches this writer (one warning); MLflow's queue would log its traceback too.
+        logging.getLogger("mlflow.utils.async_logging").setLevel(logging.CRITICAL)
+        with self._guard("connecting"):  # import mlflow and reach the store before the loop: one warning if it fails
+            self._client = _client(self._uri)
+            self._client.search_experiments(max_results=1)
+
+    @property
+    def run_id(self) -> Optional[str]:
+        """The MLflow run id (None before the first write, or when tracking failed at the start)."""
+        return self._run_id
+
+    @contextlib.contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """A failure of the store is one warning, and the writer stops tracking (the training goes on)."""
+        try:
+            yield
+        except Exception as e:
+            self._disabled = True
+            with contextlib.suppress(Exception):
+                self._leave("FAILED")
+            logger.warning(f"MLflow tracking at {mask_password(self._uri)} failed while {doing} ({_one_line(e)}); "
+                           "the training goes on without it (metrics.json has every metric)")
+
+    def _leave(self, status: str) -> None:
+        """End this writer's run of the fluent API (MLflow pops it from its stack first, even if the store fails)."""
+        import mlflow
+
+        active = mlflow.active_run()
+        if active is not None and active.info.run_id == self._run_id:
+            with _fluent_uri(self._uri):
+                mlflow.end_run(status)
+
+    def _save_record(self, status: str = "RUNNING") -> None:
+        record = {"run_id": self._run_id, "tracking_uri": self._uri, "experiment_id": self._experiment_id,
+                  "last_step": self._confirmed, "status": status}
+        atomic_write_text(os.path.join(self._output_dir, RUN_RECORD_FILE), json.dumps(record, indent=1) + "\n")
+
+    def _start(self) -> None:
+        """Open the run: mlflow.start_run continues the recorded one when resuming, else creates one."""
+        import mlflow
+
+        record = read_run_record(self._output_dir)
+        resume = record is not None and record.get("tracking_uri") == self._uri and self._resumed()
+        if resume:  # the recorded run, unless it was deleted meanwhile (search_runs finds active runs only)
+            resume = bool(self._client.search_runs([record.get("experiment_id", "0")],
+                                                   f"attributes.run_id = '{record['run_id']}'"))
+        if not resume:
+            with contextlib.suppress(FileNotFoundError):  # another training's record: never attach to it
+                os.remove(os.path.join(self._output_dir, RUN_RECORD_FILE))
+        options = self._cfg.MLFLOW
+        name = options.RUN_NAME or os.path.basename(os.path.normpath(os.path.abspath(self._output_dir)))
+        with _fluent_uri(self._uri):
+            run = mlflow.start_run(**({"run_id": record["run_id"]} if resume else {
+                "experiment_id": _experiment_id(self._client, options.EXPERIMENT, self._uri), "run_name": name,
+                "parent_run_id": options.PARENT_RUN_ID or None,
+                "tags": {"reid_engine.output_dir": os.path.abspath(self._output_dir)}}))
+        self._run_id, self._experiment_id = run.info.run_id, run.info.experiment_id
+        self._last_write = self._confirmed = int(record.get("last_step", -1)) if resume else -1
+        existing = self._client.get_run(self._run_id).data.params if resume else {}
+        self._client.log_batch(self._run_id, params=_params(flatten_params(self._cfg), existing))
+        self._save_record()
+        logger.info(f"MLflow: {'continuing' if resume else 'tracking'} run {self._run_id} ('{run.info.run_name}', "
+                    f"experiment '{options.EXPERIMENT}') at {mask_password(self._uri)}")
+
+    def write(self) -> None:
+        """Send the scalars new since the last write (step = their iteration), without waiting for the store."""
+        if self._disabled:
+            return
+        with self._guard("logging metrics"):
+            if self._run_id is None:
+                self._start()
+            new = collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
+            if not new:
+                return
+            self._confirm()  # the previous batch: sent a period ago, so done by now (its failure raises here)
+            from mlflow.entities import Metric
+
+            now = int(time.time() * 1000)
+            metrics = [Metric(_key(name), value, now, itr) for itr, scalars in new.items() for name, value in scalars.items()]
+            self._sent = (self._client.log_batch(self._run_id, metrics=metrics, synchronous=False), max(new))
+            self._last_write = max(new)
+
+    def _confirm(self) -> None:
+        """Wait for the batch on its way; the record then names its last step (a resume logs what follows)."""
+        if self._sent is not None:
+            operations, step = self._sent
+            self._sent = None
+            operations.wait()
+            self._confirmed = step
+            self._save_record()
+
+    def close(self) -> None:
+        """Wait for the metrics on their way, log the run's files and end the run FINISHED, KILLED or FAILED."""
+        if self._disabled:
+            return
+        try:
+            completed = get_event_storage().iter >= self._max_iter
+        except RuntimeError:  # closed outside a training
+            if self._run_id is None:
+                return
+            completed = self._last_write + 1 >= self._max_iter
+        status = "FINISHED" if completed else "KILLED" if self._stopped_on_purpose() else "FAILED"
+        with self._guard("ending the run"):
+            if self._run_id is None:  # stopped before its first write: the run still records why (log.txt)
+                self._start()
+            self._confirm()
+            for name in self._artifacts:
+                if os.path.isfile(os.path.join(self._output_dir, name)):
+                    self._client.log_artifact(self._run_id, os.path.join(self._output_dir, name))
+            self._leave(status)
+            self._save_record(status)
+        self._disabled = True
+
+
+def log_run_summary(cfg: CfgNode, summary: str) -> None:
+    """Attach a completed run's ``summary.txt`` and final log.txt to its MLflow run (when
+    ``mlflow_run.json`` records it FINISHED); a failure is one warning."""
+    record = read_run_record(cfg.OUTPUT_DIR) if cfg.MLFLOW.ENABLED else None
+    if record is None or record.get("status") != "FINISHED":
+        return
+    uri = record.get("tracking_uri") or resolve_tracking_uri(cfg)
+    try:
+        client = _client(uri)
+        client.log_text(record["run_id"], summary, "summary.txt")
+        if os.path.isfile(os.path.join(cfg.OUTPUT_DIR, "log.txt")):
+            client.log_artifact(record["run_id"], os.path.join(cfg.OUTPUT_DIR, "log.txt"))
+    except Exception as e:
+        logger.warning(f"MLflow tracking at {mask_password(uri)} failed while logging the run summary ({_one_line(e)})")
