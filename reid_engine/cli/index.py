@@ -1,11 +1,11 @@
 """Index a gallery once and find a person in it by image (`reid-index build | add | search | info | evaluate`).
 
-    reid-index build --index gallery.rindex --image-dir crops/ --config-file cfg.yml \\
-        MODEL.WEIGHTS output/model_final.pth
-    reid-index add --index gallery.rindex --list new_crops.csv --config-file cfg.yml \\
-        MODEL.WEIGHTS output/model_final.pth
-    reid-index search --index gallery.rindex --query person.jpg --topk 10 --vis-dir vis/ \\
-        --output hits.json --config-file cfg.yml MODEL.WEIGHTS output/model_final.pth
+    reid-index build --index gallery.rindex --image-dir crops/ \\
+        --config-file configs/SyntheticReID/bagtricks_R18_quick.yml MODEL.WEIGHTS output/synthetic_r18/model_final.pth
+    reid-index add --index gallery.rindex --list new_crops.csv \\
+        --config-file configs/SyntheticReID/bagtricks_R18_quick.yml MODEL.WEIGHTS output/synthetic_r18/model_final.pth
+    reid-index search --index gallery.rindex --query person.jpg --topk 10 --vis-dir vis/ --output hits.json \\
+        --config-file configs/SyntheticReID/bagtricks_R18_quick.yml MODEL.WEIGHTS output/synthetic_r18/model_final.pth
     reid-index search --index gallery.rindex --query-features query.npz --exclude-same-camera
     reid-index info --index gallery.rindex
 
