@@ -19,8 +19,8 @@ file (--features). MODEL.WEIGHTS is a .pth checkpoint or an exported .onnx / .xm
 A build embeds in chunks kept in INDEX.partial/: stopped (SIGTERM, a kill), it leaves the
 previous index as it was, and the same command continues where it stopped. Galleries of
 more than 50,000 items get an approximate (IVF) index tuned to --recall-target.
-Config overrides (KEY VALUE) come last, after a flag: `--query a.jpg b.jpg` takes every
-name up to the next flag.
+Config overrides (KEY VALUE) come last; several query images: --query a.jpg,b.jpg (or repeat
+--query).
 """
 import argparse
 import json
@@ -58,7 +58,7 @@ from ..inference import SPLITS
 from ..utils.errors import UsageError
 from ..utils.file_io import atomic_write_text
 from ..utils.logger import setup_logger
-from .args import add_config_arguments, positive_int
+from .args import add_config_arguments, comma_list, positive_int
 from .base import build_config, command_parser
 from .boundary import run_command
 
@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="auto (exact up to 50,000 items, else IVF), flat, ivf or hnsw")
     build.add_argument("--recall-target", type=float, default=DEFAULT_RECALL_TARGET,
                        help=f"recall@10 against exact search of an approximate index (default {DEFAULT_RECALL_TARGET})")
-    search.add_argument("--query", nargs="+", default=[], help="query image files")
+    search.add_argument("--query", type=comma_list(what="query image"), action="extend", default=[],
+                        help="query image files: one, or a comma list (repeatable)")
     search.add_argument("--query-features", default="", help="queries from a reid-extract feature file")
     search.add_argument("--query-list", default="", help="queries from a list file (CSV: path,camid,time,...)")
     search.add_argument("--query-camid", type=int, default=None, help="the camera of the --query images")
