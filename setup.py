@@ -59,6 +59,8 @@ setup(
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
         # log_batch(..., synchronous=False) and start_run(parent_run_id=...), as in mlflow-skinny 3.17
         "mlflow": ["mlflow-skinny>=3.0", "SQLAlchemy>=1.4", "alembic>=1.8"],
+        # reid-index (person search): faiss embedded; Milvus (a server, or Milvus Lite in-process)
+        "search": ["faiss-cpu>=1.8", "pymilvus>=2.4", "milvus-lite>=2.4"],
     },
     entry_points={
         "console_scripts": [
@@ -69,6 +71,7 @@ setup(
             "reid-make-synthetic=reid_engine.cli.make_synthetic:main",
             "reid-data=reid_engine.cli.data:main",
             "reid-tune=reid_engine.cli.tune:main",
+            "reid-index=reid_engine.cli.index:main",
         ]
     },
 )

@@ -10,6 +10,7 @@ reid-visualize         reid_engine.cli.visualize       tools/visualize_ranks.py
 reid-make-synthetic    reid_engine.cli.make_synthetic  tools/make_synthetic.py
 reid-data              reid_engine.cli.data            tools/data.py
 reid-tune              reid_engine.cli.tune            tools/tune_net.py
+reid-index             reid_engine.cli.index           tools/index.py
 =====================  ==============================  =========================
 
 Each command module has `build_parser()` (on `base.command_parser`), `run(args)` (the

@@ -28,7 +28,7 @@ CELL_WIDTH_IN = 1.3
 RANK_FIGURE_HEIGHT_IN = 3.4
 THUMB_SIZE = (64, 128)  # (width, height) of each shown image, in pixels
 BORDER_PX = 5
-COLORS = {"query": (40, 90, 200), "match": (20, 170, 60), "wrong": (215, 30, 30)}
+COLORS = {"query": (40, 90, 200), "match": (20, 170, 60), "wrong": (215, 30, 30), "unknown": (120, 120, 120)}
 # Size of the ROC and histogram figures, in inches at DPI.
 CURVE_FIGURE_IN = (6.4, 4.8)
 
@@ -69,8 +69,9 @@ def _rank_cells(query: Tuple[str, int, int], gallery: Sequence[Tuple[str, int, i
     cells = [(query, COLORS["query"], f"query\nid {query[1]}  cam {query[2]}")]
     for rank, (g, d) in enumerate(zip(ranked, distances), 1):
         item = gallery[g]
-        correct = item[1] == query[1]
-        cells.append((item, COLORS["match" if correct else "wrong"],
+        # an identity below 0 is unknown (a folder of crops searched by reid-index): neither right nor wrong
+        verdict = "unknown" if min(item[1], query[1]) < 0 else "match" if item[1] == query[1] else "wrong"
+        cells.append((item, COLORS[verdict],
                       f"#{rank}  d={d:.4f}\nid {item[1]}  cam {item[2]}"))
     return cells
 

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from reid_engine.cli import data, export, extract, make_synthetic, train, tune, visualize
+from reid_engine.cli import data, export, extract, index, make_synthetic, train, tune, visualize
 from tests.conftest import REPO_ROOT, run_cli
 
 COMMANDS = {
@@ -16,6 +16,7 @@ COMMANDS = {
     "reid-make-synthetic": make_synthetic,
     "reid-data": data,
     "reid-tune": tune,
+    "reid-index": index,
 }
 
 

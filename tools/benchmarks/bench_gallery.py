@@ -1,0 +1,342 @@
+#!/usr/bin/env python
+"""Benchmark of the gallery index (reid-index): build time, memory, query latency, QPS and recall@10.
+
+The galleries imitate a trained ReID model's features on SyntheticReID, not uniform
+noise. The statistics come from real features: a reid-extract file of a test split
+(--features), a checkpoint embedding SyntheticReID's query + gallery (--checkpoint with
+--config-file), or else a tiny ResNet-18 trained for a few iterations on SyntheticReID
+(`tools/train_net.py`, into --work-dir). From them the script takes, in the top --dim
+principal directions: the distribution of identity centres (mean and covariance), the
+pooled within-identity covariance, each identity's spread relative to it, and the number
+of images per identity; a gallery of N features draws new identities from that, with
+their images spread as the real ones are, L2-normalized. Queries are held-out images of
+gallery identities.
+
+For each size it builds the exact index (faiss flat) and the approximate one that
+`reid-index build` picks (IVF-Flat tuned to --recall-target; HNSW too up to --hnsw-max),
+through the gallery API, and prints per index: build time, the index's size in memory,
+the process's peak RSS, query latency p50 / p99 at batch 1 and per query at batch 64,
+queries per second at both batches and as a multiple of exact search, and recall@10
+against exact search. --milvus-max adds Milvus Lite (the same API, a local .db file) for
+the sizes up to it. The last rows extrapolate 10M from the measured scaling (power law
+fit over the sizes). Searches run on --threads faiss threads (2: the target machine).
+
+Targets (issue 50), 1M 256-d features on 2 cores, approximate index: recall@10 >= 0.99,
+p50 <= 5 ms at batch 1, >= 20x the exact search's queries per second.
+
+Usage: python tools/benchmarks/bench_gallery.py [--sizes 100000 300000 1000000] [--dim 256] [--threads 2]
+       [--features test.npz | --checkpoint model.pth --config-file cfg.yml] [--milvus-max 100000] [--output r.json]
+       [--plot qps.png]  (python tools/benchmarks/bench_gallery.py --replot r.json --plot qps.png redraws a run)
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from reid_engine.gallery import Location, Records, create_index, plan_index, recall_at_k
+from reid_engine.gallery.embedding import feature_file_contract
+
+TARGET_RECALL, TARGET_P50_MS, TARGET_SPEEDUP = 0.99, 5.0, 20.0
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_CONFIG = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
+
+
+def peak_rss_gb() -> float:
+    """Peak resident memory of this process so far, in GB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+# ---------------------------------------------------------------------- real features
+def real_features(args) -> tuple:
+    """(features, pids) of a real test split: from --features, --checkpoint, or a tiny model trained here."""
+    if args.features:
+        from reid_engine.inference import load_features
+
+        data = load_features(args.features)
+        return data["features"], data["pids"]
+    checkpoint, config = args.checkpoint, args.config_file or TRAIN_CONFIG
+    overrides = ["DATASETS.ROOT", os.path.join(args.work_dir, "datasets"), "MODEL.DEVICE", "cpu"]
+    if not checkpoint:
+        checkpoint = os.path.join(args.work_dir, "train", "model_final.pth")
+        if not os.path.isfile(checkpoint):
+            print(f"training a tiny ResNet-18 for {args.train_epochs} epochs on SyntheticReID into {args.work_dir}")
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config]
+                           + overrides + ["OUTPUT_DIR", os.path.join(args.work_dir, "train"), "SOLVER.MAX_EPOCH",
+                                          str(args.train_epochs), "SOLVER.STEPS", "[1,2]", "SOLVER.WARMUP_ITERS", "20",
+                                          "TEST.EVAL_PERIOD", "100", "SOLVER.CHECKPOINT_PERIOD", "100"], check=True)
+    cached = os.path.join(args.work_dir, "test_features.npz")
+    if not os.path.isfile(cached):
+        for split in ("query", "gallery"):
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "extract_features.py"), "--config-file",
+                            config, "--split", split, "--output", cached + f".{split}.npz"] + overrides
+                           + ["MODEL.WEIGHTS", checkpoint], check=True)
+        from reid_engine.inference import load_features
+
+        q, g = load_features(cached + ".query.npz"), load_features(cached + ".gallery.npz")
+        np.savez(cached, features=np.concatenate([q["features"], g["features"]]),
+                 pids=np.concatenate([q["pids"], g["pids"]]))
+    with np.load(cached) as data:
+        return data["features"], data["pids"]
+
+
+class ReidLikeGenerator:
+    """New identities and images with the statistics of real ReID features (see the module docstring)."""
+
+    def __init__(self, features: np.ndarray, pids: np.ndarray, dim: int, seed: int = 0):
+        keep = pids > 0  # pid 0: distractors, no identity
+        x, pids = features[keep].astype(np.float64), pids[keep]
+        x = x - x.mean(0)
+        _, _, vt = np.linalg.svd(x, full_matrices=False)
+        if vt.shape[0] < dim:
+            raise SystemExit(f"the real features have {vt.shape[0]} principal directions, fewer than --dim {dim}")
+        x = x @ vt[:dim].T
+        ids, inverse, counts = np.unique(pids, return_inverse=True, return_counts=True)
+        centres = np.stack([x[inverse == i].mean(0) for i in range(len(ids))])
+        residual = x - centres[inverse]
+        rms = np.sqrt((residual ** 2).sum(1))
+        self.spreads = np.array([rms[inverse == i].mean() for i in range(len(ids))]) / rms.mean()
+        self.counts = counts
+        self.centre_mean = centres.mean(0)
+        self.centre_factor = np.linalg.cholesky(np.cov(centres.T) + 1e-6 * np.eye(dim))
+        self.within_factor = np.linalg.cholesky(np.cov(residual.T) + 1e-6 * np.eye(dim))
+        self.rng = np.random.default_rng(seed)
+        self.dim = dim
+        self.real_ids, self.real_images = len(ids), len(x)
+
+    def identities(self, num: int) -> tuple:
+        """(centres, spreads) of `num` new identities."""
+        z = self.rng.standard_normal((num, self.dim))
+        return self.centre_mean + z @ self.centre_factor.T, self.rng.choice(self.spreads, num)
+
+    def images(self, centres, spreads, pids: np.ndarray) -> np.ndarray:
+        """One L2-normalized float32 image feature per entry of `pids` (indices into `centres`)."""
+        out = np.empty((len(pids), self.dim), dtype=np.float32)
+        for start in range(0, len(pids), 100_000):
+            p = pids[start:start + 100_000]
+            z = self.rng.standard_normal((len(p), self.dim)) @ self.within_factor.T
+            x = centres[p] + spreads[p, None] * z
+            out[start:start + len(p)] = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return out
+
+    def gallery(self, size: int, num_queries: int) -> tuple:
+        """(gallery features, gallery pids, query features, query pids), queries of gallery identities."""
+        num_ids = int(size / self.counts.mean()) + 1
+        centres, spreads = self.identities(num_ids)
+        counts = self.rng.choice(self.counts, num_ids)
+        pids = np.repeat(np.arange(num_ids), counts)[:size]
+        if len(pids) < size:
+            pids = np.concatenate([pids, self.rng.integers(0, num_ids, size - len(pids))])
+        query_pids = self.rng.choice(np.unique(pids), num_queries)
+        return self.images(centres, spreads, pids), pids, self.images(centres, spreads, query_pids), query_pids
+
+
+# ---------------------------------------------------------------------- measuring
+def latency(index, queries: np.ndarray, batch: int, repeats: int) -> tuple:
+    """(p50 ms, p99 ms) per call and queries per second, over `repeats` calls of `batch` queries."""
+    times = []
+    for r in range(repeats):
+        q = queries[(r * batch) % len(queries):][:batch]
+        if len(q) < batch:
+            q = queries[:batch]
+        start = time.perf_counter()
+        index.search(q, 10)
+        times.append(time.perf_counter() - start)
+    times = np.array(times)
+    return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3), batch / float(np.median(times))
+
+
+def index_bytes(plan, size: int, dim: int) -> int:
+    """The vectors and the structure an index of this plan holds (faiss' layouts): flat N d 4 (2 for fp16 lists);
+    IVF adds 8-byte ids and the centroids; HNSW adds 2 M 4-byte links per item on its base level."""
+    vectors = size * dim * (2 if getattr(plan, "storage", "float32") == "fp16" else 4)
+    if plan.kind == "ivf":
+        return vectors + size * 8 + plan.nlist * dim * 4
+    if plan.kind == "hnsw":
+        return vectors + size * plan.hnsw_m * 2 * 4
+    return vectors
+
+
+def padded_ids(result, k: int = 10) -> np.ndarray:
+    return np.array([np.pad(ids, (0, k - len(ids)), constant_values=-1) for ids in result.ids])
+
+
+def measure(kind: str, backend: str, features, pids, queries, contract, args, exact_ids=None) -> dict:
+    """Build one index and measure it (exact_ids: the exact top-10 for recall)."""
+    folder = tempfile.mkdtemp(prefix="bench_gallery_")
+    location = Location(os.path.join(folder, "g.rindex") if backend == "faiss" else f"bench_{kind}_{len(features)}",
+                        backend, os.path.join(folder, "milvus.db"))
+    records = Records.from_columns({"path": np.char.add("g", np.arange(len(features)).astype(str)), "pid": pids,
+                                    "camid": np.arange(len(features)) % 6})
+    rss_before = peak_rss_gb()
+    start = time.perf_counter()
+    index = create_index(location, contract, len(features), kind=kind, recall_target=args.recall_target)
+    index.add(features, records)
+    build_s = time.perf_counter() - start
+    size_gb = index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9
+    repeats1 = args.exact_repeats if kind == "flat" else args.repeats
+    p50, p99, qps1 = latency(index, queries, 1, repeats1)
+    b50, b99, qps64 = latency(index, queries, 64, max(3, repeats1 // 20))
+    found = padded_ids(index.search(queries[:args.recall_queries], 10))
+    row = {"size": len(features), "backend": backend, "kind": kind, "build_s": build_s, "index_gb": size_gb,
+           "peak_rss_gb": peak_rss_gb(), "rss_growth_gb": peak_rss_gb() - rss_before, "p50_ms": p50, "p99_ms": p99,
+           "batch64_p50_ms_per_query": b50 / 64, "batch64_p99_ms_per_query": b99 / 64, "qps_batch1": qps1,
+           "qps_batch64": qps64, "plan": index.manifest.plan.to_dict(),
+           "recall@10": 1.0 if exact_ids is None else recall_at_k(found, exact_ids)}
+    if backend == "milvus":
+        index.client.drop_collection(index.collection)
+    del index
+    return row, found
+
+
+def power_fit(sizes, values):
+    """(a, b) of values ~ a * size^b, least squares in log-log."""
+    b, log_a = np.polyfit(np.log(sizes), np.log(np.maximum(values, 1e-12)), 1)
+    return float(np.exp(log_a)), float(b)
+
+
+def extrapolate(rows, size: int) -> list:
+    """Rows at `size` from a power-law fit of each timing and memory figure over the measured sizes."""
+    out = []
+    for key in sorted({(r["backend"], r["kind"]) for r in rows}):
+        mine = [r for r in rows if (r["backend"], r["kind"]) == key]
+        if len(mine) < 2:
+            continue
+        sizes = [r["size"] for r in mine]
+        row = {"size": size, "backend": key[0], "kind": key[1], "extrapolated": True, "recall@10": None,
+               "plan": {**mine[-1]["plan"], "nlist": plan_index(size, key[1]).nlist, "search_param": "?"}}
+        for field in ("build_s", "index_gb", "p50_ms", "p99_ms", "batch64_p50_ms_per_query", "qps_batch1", "qps_batch64"):
+            a, b = power_fit(sizes, [r[field] for r in mine])
+            row[field] = a * size ** b
+            row[field + "_exponent"] = b
+        out.append(row)
+    return out
+
+
+def print_table(rows) -> None:
+    exact = {r["size"]: r for r in rows if r["kind"] == "flat" and r["backend"] == "faiss"}
+    header = ("| size | back end | index | build s | index GB | peak RSS GB | p50 ms b1 | p99 ms b1 | ms/query b64 | "
+              "QPS b1 | QPS b64 | x exact b1 | x exact b64 | recall@10 | params |")
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for r in rows:
+        ref = exact.get(r["size"])
+        plan = r.get("plan") or {}
+        params = {"ivf": f"nlist {plan.get('nlist')}, nprobe {plan.get('search_param')}",
+                  "hnsw": f"M {plan.get('hnsw_m')}, efSearch {plan.get('search_param')}"}.get(r["kind"], "")
+        label = f"{r['size']:,}" + (" (extrapolated)" if r.get("extrapolated") else "")
+        recall = "-" if r["recall@10"] is None else f"{r['recall@10']:.4f}"
+        ratio1 = f"{r['qps_batch1'] / ref['qps_batch1']:.1f}" if ref else "-"
+        ratio64 = f"{r['qps_batch64'] / ref['qps_batch64']:.1f}" if ref else "-"
+        print(f"| {label} | {r['backend']} | {r['kind']} | {r['build_s']:.1f} | {r['index_gb']:.2f} | "
+              f"{r.get('peak_rss_gb', float('nan')):.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
+              f"{r['batch64_p50_ms_per_query']:.3f} | {r['qps_batch1']:.0f} | {r['qps_batch64']:.0f} | {ratio1} | "
+              f"{ratio64} | {recall} | {params} |")
+
+
+def plot(rows, path: str) -> None:
+    """Queries per second at batch 1 and 64 against gallery size, per back end and index (log-log), measured and
+    extrapolated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, field in zip(axes, ("qps_batch1", "qps_batch64")):
+        for key in sorted({(r["backend"], r["kind"]) for r in rows}):
+            mine = sorted((r for r in rows if (r["backend"], r["kind"]) == key), key=lambda r: r["size"])
+            measured = [r for r in mine if not r.get("extrapolated")]
+            line, = ax.plot([r["size"] for r in measured], [r[field] for r in measured], "o-", label=" ".join(key))
+            if len(mine) > len(measured):
+                ax.plot([measured[-1]["size"], mine[-1]["size"]], [measured[-1][field], mine[-1][field]], "--",
+                        color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("gallery size (dashed: extrapolated)")
+        ax.set_ylabel(f"queries per second, batch {field[-2:].lstrip('h')}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("reid-index: top-10 search on ReID-like 256-d features, 2 faiss threads (shared machine)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2, help="faiss threads (default 2: the target machine)")
+    parser.add_argument("--features", default="", help="a reid-extract file of a test split (with pids)")
+    parser.add_argument("--checkpoint", default="", help="a checkpoint to embed SyntheticReID's test split with")
+    parser.add_argument("--config-file", default="", help="its config (default: the quick SyntheticReID R18)")
+    parser.add_argument("--work-dir", default=os.path.join(tempfile.gettempdir(), "bench_gallery"))
+    parser.add_argument("--train-epochs", type=int, default=2)
+    parser.add_argument("--recall-target", type=float, default=TARGET_RECALL)
+    parser.add_argument("--queries", type=int, default=1000, help="held-out queries (recall, latency)")
+    parser.add_argument("--recall-queries", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=300, help="batch-1 searches timed per approximate index")
+    parser.add_argument("--exact-repeats", type=int, default=40, help="batch-1 searches timed for exact search")
+    parser.add_argument("--hnsw-max", type=int, default=100_000, help="also measure HNSW up to this size")
+    parser.add_argument("--milvus-max", type=int, default=100_000, help="also measure Milvus Lite up to this size")
+    parser.add_argument("--extrapolate", type=int, default=10_000_000)
+    parser.add_argument("--output", default="", help="write the rows as JSON here")
+    parser.add_argument("--plot", default="", help="draw QPS against gallery size into this PNG")
+    parser.add_argument("--replot", default="", help="only draw --plot from the JSON of an earlier run")
+    args = parser.parse_args(argv)
+    if args.replot:
+        with open(args.replot, encoding="utf-8") as f:
+            plot(json.load(f), args.plot or "bench_gallery.png")
+        return 0
+
+    import faiss
+
+    faiss.omp_set_num_threads(args.threads)
+    os.makedirs(args.work_dir, exist_ok=True)
+    feats, pids = real_features(args)
+    generator = ReidLikeGenerator(feats, pids, args.dim)
+    print(f"statistics of {generator.real_images} real features of {generator.real_ids} identities "
+          f"(images per identity {generator.counts.min()}..{generator.counts.max()}, spread "
+          f"{generator.spreads.min():.2f}..{generator.spreads.max():.2f} x the mean), {args.dim} principal directions;"
+          f" faiss on {args.threads} threads; load average {os.getloadavg()[0]:.1f}")
+    rows = []
+    for size in args.sizes:
+        features, gpids, queries, _ = generator.gallery(size, args.queries)
+        contract = feature_file_contract(features, "bench").to_dict()
+        exact, exact_ids = measure("flat", "faiss", features, gpids, queries, contract, args)
+        rows.append(exact)
+        kinds = [("ivf", "faiss")] + ([("hnsw", "faiss")] if size <= args.hnsw_max else []) + (
+            [("flat", "milvus"), ("ivf", "milvus")] if size <= args.milvus_max else [])
+        for kind, backend in kinds:
+            row, _ = measure(kind, backend, features, gpids, queries, contract, args, exact_ids[:args.recall_queries])
+            rows.append(row)
+            print(f"  {size:,} {backend} {kind}: build {row['build_s']:.1f} s, p50 {row['p50_ms']:.2f} ms, "
+                  f"recall@10 {row['recall@10']:.4f}", flush=True)
+        del features, queries
+    rows += extrapolate([r for r in rows if r["backend"] == "faiss"], args.extrapolate)
+    print_table(rows)
+    big = [r for r in rows if r["size"] == max(args.sizes) and r["kind"] == "ivf" and r["backend"] == "faiss"
+           and not r.get("extrapolated")]
+    ref = [r for r in rows if r["size"] == max(args.sizes) and r["kind"] == "flat" and r["backend"] == "faiss"]
+    if big and ref:
+        b, e = big[0], ref[0]
+        print(f"targets at {b['size']:,}: recall@10 {b['recall@10']:.4f} (>= {TARGET_RECALL}: "
+              f"{b['recall@10'] >= TARGET_RECALL}), p50 {b['p50_ms']:.2f} ms (<= {TARGET_P50_MS}: "
+              f"{b['p50_ms'] <= TARGET_P50_MS}), QPS x exact {b['qps_batch1'] / e['qps_batch1']:.1f} at batch 1 and "
+              f"{b['qps_batch64'] / e['qps_batch64']:.1f} at batch 64 (>= {TARGET_SPEEDUP})")
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1, default=float)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
