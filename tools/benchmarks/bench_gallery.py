@@ -35,9 +35,9 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+from harness import Stopwatch, timed
 
 from reid_engine.gallery import Location, Records, create_index, plan_index, recall_at_k
 from reid_engine.gallery.embedding import feature_file_contract
@@ -139,15 +139,14 @@ class ReidLikeGenerator:
 # ---------------------------------------------------------------------- measuring
 def latency(index, queries: np.ndarray, batch: int, repeats: int) -> tuple:
     """(p50 ms, p99 ms) per call and queries per second, over `repeats` calls of `batch` queries."""
-    times = []
-    for r in range(repeats):
-        q = queries[(r * batch) % len(queries):][:batch]
-        if len(q) < batch:
-            q = queries[:batch]
-        start = time.perf_counter()
-        index.search(q, 10)
-        times.append(time.perf_counter() - start)
-    times = np.array(times)
+    starts = iter(range(0, repeats * batch, batch))
+
+    def one_call():
+        start = next(starts) % len(queries)
+        q = queries[start:start + batch]
+        index.search(q if len(q) == batch else queries[:batch], 10)
+
+    times = np.array(timed(one_call, repeats=repeats)[0])
     return float(np.percentile(times, 50) * 1e3), float(np.percentile(times, 99) * 1e3), batch / float(np.median(times))
 
 
@@ -174,10 +173,10 @@ def measure(kind: str, backend: str, features, pids, queries, contract, args, ex
     records = Records.from_columns({"path": np.char.add("g", np.arange(len(features)).astype(str)), "pid": pids,
                                     "camid": np.arange(len(features)) % 6})
     rss_before = peak_rss_gb()
-    start = time.perf_counter()
-    index = create_index(location, contract, len(features), kind=kind, recall_target=args.recall_target)
-    index.add(features, records)
-    build_s = time.perf_counter() - start
+    with Stopwatch() as build:
+        index = create_index(location, contract, len(features), kind=kind, recall_target=args.recall_target)
+        index.add(features, records)
+    build_s = build.wall
     size_gb = index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9
     repeats1 = args.exact_repeats if kind == "flat" else args.repeats
     p50, p99, qps1 = latency(index, queries, 1, repeats1)
