@@ -1,7 +1,5 @@
 """One trial = one ordinary training run of the base command with the trial's values, in its folder
-``<study>/trials/trial_<number>`` (a retry: the folder of the trial it retries, resumed from its last
-checkpoint), with ``trial.json`` (values, seed, ``status``, ``value``, ``iterations``, ``evaluations``).
-Spawned training workers get a :class:`TrialRef` and report through the storage (:class:`StoredTrial`)."""
+(a retry: the folder of the trial it retries, resumed from its checkpoint), recorded in ``trial.json``."""
 import argparse
 import copy
 import dataclasses
