@@ -1,9 +1,6 @@
-"""MLFLOW.*: training runs in MLflow through its own API (``pip install 'reid_engine[mlflow]'``).
-
-:class:`MLflowWriter` opens its run with ``mlflow.start_run`` (``parent_run_id``: MLFLOW.PARENT_RUN_ID;
-the run id kept in ``OUTPUT_DIR/mlflow_run.json``, so a resumed training continues it) and sends metrics
-with ``MlflowClient.log_batch(..., synchronous=False)``, which splits them and sends them from its own
-thread. MLflow truncates long param values itself. Default store: SQLite in ``OUTPUT_DIR/mlruns``."""
+"""MLFLOW.*: training runs in MLflow through its own API: ``mlflow.start_run(parent_run_id=...)``, the run id
+kept in ``OUTPUT_DIR/mlflow_run.json`` (a resumed training continues it), ``MlflowClient.log_batch(...,
+synchronous=False)`` (MLflow splits, sends from its own thread and truncates long values)."""
 import contextlib
 import importlib.util
 import json
@@ -37,8 +34,7 @@ class MlflowTrackingError(ReidUserError):
 
 
 def check_mlflow_config(cfg: CfgNode) -> None:
-    """Check MLFLOW.* before a run: mlflow (and for SQLite SQLAlchemy and alembic) installed, an experiment
-    named. Raises MissingPackageError or ConfigError (one line)."""
+    """Check MLFLOW.* before a run: mlflow (for SQLite with SQLAlchemy and alembic) installed, an experiment named."""
     if not cfg.MLFLOW.ENABLED:
         return
     if importlib.util.find_spec("mlflow") is None:
@@ -164,10 +160,9 @@ def _fluent_uri(uri: str) -> Iterator[None]:
 
 
 class MLflowWriter(EventWriter):
-    """Log a training run (`cfg`: all of it as params) to MLflow: new scalars as metrics (step =
-    iteration), the OUTPUT_DIR files `artifacts` at the end, and its status: FINISHED once it reached
-    `max_iter`, else KILLED when `stopped_on_purpose()`, else FAILED. `resumed()`, asked at the first
-    write: whether the training continues a checkpoint of OUTPUT_DIR (then it continues the run)."""
+    """Log a training run to MLflow: `cfg` as params, new scalars as metrics (step = iteration), `artifacts`
+    at the end, and FINISHED at `max_iter`, else KILLED if `stopped_on_purpose()`, else FAILED; `resumed()`
+    (asked at the first write): the training continues OUTPUT_DIR's checkpoint, so it continues the run."""
 
     def __init__(self, cfg: CfgNode, max_iter: int, resumed: Optional[Callable[[], bool]] = None,
                  stopped_on_purpose: Optional[Callable[[], bool]] = None, artifacts: Sequence[str] = RUN_ARTIFACTS,
@@ -296,8 +291,7 @@ class MLflowWriter(EventWriter):
 
 
 def log_run_summary(cfg: CfgNode, summary: str) -> None:
-    """Attach a completed run's ``summary.txt`` and final log.txt to its MLflow run (when
-    ``mlflow_run.json`` records it FINISHED); a failure is one warning."""
+    """Attach a FINISHED run's ``summary.txt`` and final log.txt to its MLflow run; a failure is one warning."""
     record = read_run_record(cfg.OUTPUT_DIR) if cfg.MLFLOW.ENABLED else None
     if record is None or record.get("status") != "FINISHED":
         return

@@ -85,13 +85,11 @@ def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBSto
     if sqlite_file(url) is not None:
         os.makedirs(os.path.dirname(sqlite_file(url)), exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}  # several processes share the file
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
     for attempt in range(OPEN_STORAGE_TRIES):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
                 return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval,
                                                   grace_period=GRACE_PERIOD_FACTOR * interval,
                                                   heartbeat_stale_trial_callback=retry)
