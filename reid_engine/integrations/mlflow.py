@@ -1,12 +1,6 @@
-"""MLFLOW.*: training runs in MLflow through its own API (``pip install 'reid_engine[mlflow]'``).
-
-:class:`MLflowWriter`, an event writer (main process), opens its run with ``mlflow.start_run``
-(``parent_run_id``: MLFLOW.PARENT_RUN_ID; run id kept in ``OUTPUT_DIR/mlflow_run.json``, so a
-resumed training continues it) and sends metrics with ``MlflowClient.log_batch(...,
-synchronous=False)``: MLflow splits and sends them from its own thread, the loop never waits. The
-run ends FINISHED, KILLED (stopped on purpose, which the engine tells) or FAILED; a failing store
-is one warning. Default store: SQLite in ``OUTPUT_DIR/mlruns`` (MLflow 3.13+ refuses its file
-store). Knows nothing of the engine."""
+"""MLFLOW.*: training runs in MLflow through its own API: ``mlflow.start_run(parent_run_id=...)``, the run id
+kept in ``OUTPUT_DIR/mlflow_run.json`` (a resumed training continues it), ``MlflowClient.log_batch(...,
+synchronous=False)`` (MLflow splits, sends from its own thread and truncates long values)."""
 import contextlib
 import importlib.util
 import json
@@ -15,7 +9,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence
 
 from ..config import CfgNode, ConfigError
 from ..utils.errors import MissingPackageError, ReidUserError, first_line
@@ -28,13 +22,10 @@ __all__ = ["RUN_RECORD_FILE", "MlflowTrackingError", "MLflowWriter", "check_mlfl
 
 logger = logging.getLogger(__name__)
 
-RUN_RECORD_FILE = "mlflow_run.json"  # names the run of OUTPUT_DIR: a resumed training continues it
-DEFAULT_STORE_DIR, _DEFAULT_DB_FILE, _ARTIFACT_DIR = "mlruns", "mlflow.db", "mlartifacts"
+RUN_RECORD_FILE = "mlflow_run.json"
 RUN_ARTIFACTS = ("config.yaml", "metrics.json", "log.txt")  # logged when a run ends (those that exist)
 INSTALL_HINT = "pip install 'reid_engine[mlflow]'"
-MAX_PARAM_VALUE_LENGTH, MAX_KEY_LENGTH = 6000, 250  # mlflow.utils.validation's limits
-_TRUNCATED_NOTE = " ...[truncated: the full value is in config.yaml]"
-_BAD_KEY_CHARS = re.compile(r"[^\w\-. /:]")  # what MLflow accepts in names; the rest becomes "_"
+_BAD_NAME_CHARS = re.compile(r"[^\w\-. /:]")  # what MLflow accepts in names; the rest becomes "_"
 _STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
@@ -43,8 +34,7 @@ class MlflowTrackingError(ReidUserError):
 
 
 def check_mlflow_config(cfg: CfgNode) -> None:
-    """Check MLFLOW.* before a run: mlflow (and for SQLite SQLAlchemy and alembic) installed, an experiment
-    named. Raises MissingPackageError or ConfigError (one line)."""
+    """Check MLFLOW.* before a run: mlflow (for SQLite with SQLAlchemy and alembic) installed, an experiment named."""
     if not cfg.MLFLOW.ENABLED:
         return
     if importlib.util.find_spec("mlflow") is None:
@@ -61,11 +51,12 @@ def check_mlflow_config(cfg: CfgNode) -> None:
 def resolve_tracking_uri(cfg: CfgNode) -> str:
     """MLFLOW.TRACKING_URI, else $MLFLOW_TRACKING_URI, else ``sqlite:///<abs OUTPUT_DIR>/mlruns/mlflow.db``."""
     uri = cfg.MLFLOW.TRACKING_URI.strip() or os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    return uri or "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), DEFAULT_STORE_DIR, _DEFAULT_DB_FILE)
+    return uri or "sqlite:///" + os.path.join(os.path.abspath(cfg.OUTPUT_DIR), "mlruns", "mlflow.db")
 
 
-def _one_line(error: BaseException) -> str:
-    return mask_password(f"{type(error).__name__}: {first_line(error)}")[:300]
+def _failed(uri: str, doing: str, error: BaseException) -> str:
+    return mask_password(f"MLflow tracking at {uri} failed while {doing} ({type(error).__name__}: "
+                         f"{first_line(error)[:300]})")
 
 
 def flatten_params(node: Mapping, prefix: str = "") -> Dict[str, str]:
@@ -77,17 +68,11 @@ def flatten_params(node: Mapping, prefix: str = "") -> Dict[str, str]:
     return flat
 
 
-def _key(name: str) -> str:
-    return _BAD_KEY_CHARS.sub("_", name)[:MAX_KEY_LENGTH]
-
-
-def _params(params: Mapping[str, str], existing: Mapping[str, str] = None) -> List[Any]:
-    """MLflow Params of `params` not in `existing` (long values cut, with a note)."""
+def _params(params: Mapping, existing: Mapping[str, str] = None) -> list:
+    """MLflow Params of `params` (flattened), but those `existing` already has."""
     from mlflow.entities import Param
 
-    cut = MAX_PARAM_VALUE_LENGTH - len(_TRUNCATED_NOTE)
-    return [Param(_key(k), v if len(v) <= MAX_PARAM_VALUE_LENGTH else v[:cut] + _TRUNCATED_NOTE)
-            for k, v in params.items() if _key(k) not in (existing or {})]
+    return [Param(k, v) for k, v in flatten_params(params).items() if k not in (existing or {})]
 
 
 def _client(uri: str):
@@ -105,7 +90,7 @@ def _experiment_id(client, name: str, uri: str) -> str:
     if experiment is None:
         db = sqlite_file(uri)
         try:
-            return client.create_experiment(name, artifact_location=db and Path(os.path.dirname(db), _ARTIFACT_DIR)
+            return client.create_experiment(name, artifact_location=db and Path(db).parent.joinpath("mlartifacts")
                                             .as_uri())
         except Exception:  # another process created it meanwhile
             experiment = client.get_experiment_by_name(name)
@@ -117,23 +102,26 @@ def _experiment_id(client, name: str, uri: str) -> str:
     return experiment.experiment_id
 
 
-def _failure(uri: str, error: Exception) -> MlflowTrackingError:
-    return MlflowTrackingError(f"MLflow tracking at {mask_password(uri)} failed ({_one_line(error)}): check "
-                               "MLFLOW.TRACKING_URI (or MLFLOW_TRACKING_URI) and that its server is up")
-
-
-def start_parent_run(tracking_uri: str, experiment: str, run_name: str, params: Mapping[str, Any],
-                     tags: Optional[Mapping[str, str]] = None) -> str:
-    """Open a study's parent run (params flattened); returns its id, the trials' MLFLOW.PARENT_RUN_ID."""
+@contextlib.contextmanager
+def _store_errors(uri: str, doing: str) -> Iterator[None]:
+    """Any failure of the store as one :class:`MlflowTrackingError` line."""
     try:
-        client = _client(tracking_uri)
-        run_id = client.create_run(_experiment_id(client, experiment, tracking_uri), run_name=run_name or None,
-                                   tags=dict(tags or {})).info.run_id
-        client.log_batch(run_id, params=_params(flatten_params(params)))
+        yield
     except MlflowTrackingError:
         raise
     except Exception as e:
-        raise _failure(tracking_uri, e) from e
+        raise MlflowTrackingError(_failed(uri, doing, e) + ": check MLFLOW.TRACKING_URI (or MLFLOW_TRACKING_URI) "
+                                  "and that its server is up") from e
+
+
+def start_parent_run(tracking_uri: str, experiment: str, run_name: str, params: Mapping,
+                     tags: Optional[Mapping[str, str]] = None) -> str:
+    """Open a study's parent run (params flattened); returns its id, the trials' MLFLOW.PARENT_RUN_ID."""
+    with _store_errors(tracking_uri, "opening the study's run"):
+        client = _client(tracking_uri)
+        run_id = client.create_run(_experiment_id(client, experiment, tracking_uri), run_name=run_name or None,
+                                   tags=dict(tags or {})).info.run_id
+        client.log_batch(run_id, params=_params(params))
     return run_id
 
 
@@ -141,13 +129,11 @@ def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED", artifacts:
     """Attach the files `artifacts` (those that exist) to run `run_id` and end it with `status`."""
     if status not in _STATUSES:
         raise ValueError(f"status must be one of {', '.join(_STATUSES)}, got {status!r}")
-    try:
+    with _store_errors(tracking_uri, "ending a run"):
         client = _client(tracking_uri)
         for path in filter(os.path.isfile, artifacts):
             client.log_artifact(run_id, path)
         client.set_terminated(run_id, status=status)
-    except Exception as e:
-        raise _failure(tracking_uri, e) from e
 
 
 def read_run_record(output_dir: str) -> Optional[dict]:
@@ -174,10 +160,9 @@ def _fluent_uri(uri: str) -> Iterator[None]:
 
 
 class MLflowWriter(EventWriter):
-    """Log a training run (`cfg`: all of it as params) to MLflow: new scalars as metrics (step =
-    iteration), the OUTPUT_DIR files `artifacts` at the end, and its status: FINISHED once it reached
-    `max_iter`, else KILLED when `stopped_on_purpose()`, else FAILED. `resumed()`, asked at the first
-    write: whether the training continues a checkpoint of OUTPUT_DIR (then it continues the run)."""
+    """Log a training run to MLflow: `cfg` as params, new scalars as metrics (step = iteration), `artifacts`
+    at the end, and FINISHED at `max_iter`, else KILLED if `stopped_on_purpose()`, else FAILED; `resumed()`
+    (asked at the first write): the training continues OUTPUT_DIR's checkpoint, so it continues the run."""
 
     def __init__(self, cfg: CfgNode, max_iter: int, resumed: Optional[Callable[[], bool]] = None,
                  stopped_on_purpose: Optional[Callable[[], bool]] = None, artifacts: Sequence[str] = RUN_ARTIFACTS,
@@ -210,8 +195,8 @@ class MLflowWriter(EventWriter):
             self._disabled = True
             with contextlib.suppress(Exception):
                 self._leave("FAILED")
-            logger.warning(f"MLflow tracking at {mask_password(self._uri)} failed while {doing} ({_one_line(e)}); "
-                           "the training goes on without it (metrics.json has every metric)")
+            logger.warning(_failed(self._uri, doing, e) + "; the training goes on without it (metrics.json has "
+                           "every metric)")
 
     def _leave(self, status: str) -> None:
         """End this writer's run of the fluent API (MLflow pops it from its stack first, even if the store fails)."""
@@ -249,7 +234,7 @@ class MLflowWriter(EventWriter):
         self._run_id, self._experiment_id = run.info.run_id, run.info.experiment_id
         self._last_write = self._confirmed = int(record.get("last_step", -1)) if resume else -1
         existing = self._client.get_run(self._run_id).data.params if resume else {}
-        self._client.log_batch(self._run_id, params=_params(flatten_params(self._cfg), existing))
+        self._client.log_batch(self._run_id, params=_params(self._cfg, existing))
         self._save_record()
         logger.info(f"MLflow: {'continuing' if resume else 'tracking'} run {self._run_id} ('{run.info.run_name}', "
                     f"experiment '{options.EXPERIMENT}') at {mask_password(self._uri)}")
@@ -268,7 +253,8 @@ class MLflowWriter(EventWriter):
             from mlflow.entities import Metric
 
             now = int(time.time() * 1000)
-            metrics = [Metric(_key(name), value, now, itr) for itr, scalars in new.items() for name, value in scalars.items()]
+            metrics = [Metric(_BAD_NAME_CHARS.sub("_", name), value, now, itr)
+                       for itr, scalars in new.items() for name, value in scalars.items()]
             self._sent = (self._client.log_batch(self._run_id, metrics=metrics, synchronous=False), max(new))
             self._last_write = max(new)
 
@@ -296,17 +282,16 @@ class MLflowWriter(EventWriter):
             if self._run_id is None:  # stopped before its first write: the run still records why (log.txt)
                 self._start()
             self._confirm()
-            for name in self._artifacts:
-                if os.path.isfile(os.path.join(self._output_dir, name)):
-                    self._client.log_artifact(self._run_id, os.path.join(self._output_dir, name))
+            for path in (os.path.join(self._output_dir, name) for name in self._artifacts):
+                if os.path.isfile(path):
+                    self._client.log_artifact(self._run_id, path)
             self._leave(status)
             self._save_record(status)
         self._disabled = True
 
 
 def log_run_summary(cfg: CfgNode, summary: str) -> None:
-    """Attach a completed run's ``summary.txt`` and final log.txt to its MLflow run (when
-    ``mlflow_run.json`` records it FINISHED); a failure is one warning."""
+    """Attach a FINISHED run's ``summary.txt`` and final log.txt to its MLflow run; a failure is one warning."""
     record = read_run_record(cfg.OUTPUT_DIR) if cfg.MLFLOW.ENABLED else None
     if record is None or record.get("status") != "FINISHED":
         return
@@ -317,4 +302,4 @@ def log_run_summary(cfg: CfgNode, summary: str) -> None:
         if os.path.isfile(os.path.join(cfg.OUTPUT_DIR, "log.txt")):
             client.log_artifact(record["run_id"], os.path.join(cfg.OUTPUT_DIR, "log.txt"))
     except Exception as e:
-        logger.warning(f"MLflow tracking at {mask_password(uri)} failed while logging the run summary ({_one_line(e)})")
+        logger.warning(_failed(uri, "logging the run summary", e))

@@ -1,10 +1,5 @@
-"""Report a trial's evaluations to its Optuna study, and stop the training the study prunes.
-
-:class:`TrialReporter`, a hook after the evaluation hook, reads the objective metric of each
-evaluation from the event storage, reports it on the main worker (``trial.report``, step = the
-iterations done: ``max_iter`` for the final one) and asks ``trial.should_prune()``; the answer
-reaches every worker (one collective), so all stop after the same iteration (:class:`TrainingPruned`).
-"""
+"""Report a trial's evaluations to its Optuna study (main worker) and stop, on every worker at the same
+iteration, the training the study prunes."""
 import logging
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -31,12 +26,8 @@ def resolve_metric(metric: str, names: List[str]) -> Optional[str]:
 
 
 class TrialReporter(HookBase):
-    """Report each evaluation's objective metric to the trial; stop training when it is pruned.
-
-    On every worker, after the default hooks. `open_trial` (main worker, once) returns the trial;
-    `eval_period` is the evaluation hook's (0: only the final one); `evaluation` is that hook, whose
-    redone evaluation (one a stop had cut short) is reported too.
-    """
+    """Report each evaluation's objective metric (step: the iterations done) to the trial that `open_trial`
+    returns (main worker); stop training when it is pruned. `evaluation`'s redone evaluation is reported too."""
 
     def __init__(self, open_trial: Callable[[], object], metric: str, eval_period: int,
                  evaluation: Optional[EvalHook] = None):
@@ -62,8 +53,6 @@ class TrialReporter(HookBase):
         self._open_trial = None  # often a closure over the study: release it with the trainer
 
     def _report(self, step: int, may_prune: bool, written_at: Optional[int] = None) -> None:
-        """Report on the main worker (results written at storage iteration `written_at`, default the
-        current one); every worker then acts on its decision."""
         decision: Dict[str, object] = {"prune": False, "value": None, "error": None}
         if comm.is_main_process():
             decision = self._decide(step, may_prune, self.trainer.storage.iter if written_at is None else written_at)

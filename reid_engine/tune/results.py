@@ -1,10 +1,6 @@
-"""What a study found: the table of its trials (``trials_dataframe()``), its best trial's config
-(``study.best_trial``) and Optuna's matplotlib plots.
-
-Reads only the study, so it works on a running study, a finished one, or one loaded from another
-machine's storage. An attempt that a retry continues is not listed: the retry is, as
-``#7 (continues #3)``, with the attempts' times summed.
-"""
+"""What a study found, from the study alone: the table of its trials (``trials_dataframe()``; a retry
+is listed as ``#7 (continues #3)``, with its attempts' times summed), the best trial's config and
+Optuna's matplotlib plots."""
 import logging
 import math
 import os
@@ -19,7 +15,7 @@ from ..config import CfgNode
 from ..utils.errors import ReidUserError, first_line
 from ..utils.file_io import atomic_write_text
 from .space import SearchSpace, overrides_list, typed_value
-from .study import continued_attempts, finished_trials, format_params, require_optuna, retried_from
+from .study import finished_trials, format_params, require_optuna, retried_from, retry_of, study_progress
 
 __all__ = ["SUMMARY_FILE", "BEST_CONFIG_FILE", "PLOT_FILES", "trials_table", "write_plots", "best_config",
            "write_best_config", "write_summary"]
@@ -38,32 +34,23 @@ def _cell(value) -> str:
 
 
 def _rows(study, space: SearchSpace) -> List[Dict[str, Any]]:
-    """The finished trials not continued by another, best first: complete by value, pruned by their
-    last evaluation, then failed by number (rows of ``trials_dataframe()``, with their retry)."""
-    trials = study.get_trials(deepcopy=False)
-    continued = continued_attempts(trials)
+    """The trials that count (finished, not continued), best first: complete by value, pruned by their last
+    evaluation, then failed by number; rows of ``trials_dataframe()`` with their retry and summed time."""
     frame = study.trials_dataframe(attrs=("number", "value", "duration", "params", "user_attrs", "state"),
                                    multi_index=False)
+    records = frame.to_dict("records")  # row n is trial #n
     rows = []
-    for row in frame.to_dict("records"):
-        if row["state"] not in ("COMPLETE", "PRUNED", "FAIL") or row["number"] in continued:
-            continue
-        chain = [row["number"]] + list(trials[row["number"]].system_attrs.get("retry_history", []))
-        row["time"] = sum(frame["duration"][n].total_seconds() for n in chain if pandas.notna(frame["duration"][n]))
-        row["resumes"] = retried_from(trials[row["number"]])
-        values = trials[row["number"]].intermediate_values
-        row["last"] = (max(values), values[max(values)]) if values else None  # a pruned trial's last evaluation
-        row["shown"] = row["value"] if row["state"] == "COMPLETE" else (row["last"] or (0, None))[1]
+    for trial in finished_trials(study.get_trials(deepcopy=False)):
+        row, history, steps = records[trial.number], retry_of(trial)[1], trial.intermediate_values
+        row["time"] = sum(records[n]["duration"].total_seconds() for n in [trial.number, *history]
+                          if pandas.notna(records[n]["duration"]))
+        row["resumes"] = history[-1] if history else None
+        row["last"] = (max(steps), steps[max(steps)]) if steps else None  # a pruned trial's last evaluation
+        shown = trial.value if row["state"] == "COMPLETE" else (row["last"] or (0, None))[1]
+        row["shown"] = shown if row["state"] != "FAIL" and shown is not None and not math.isnan(shown) else None
         rows.append(row)
-    sign = -1.0 if space.objective.direction == "maximize" else 1.0
-    order = {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
-
-    def key(row):
-        value = row["shown"]
-        known = row["state"] != "FAIL" and isinstance(value, float) and not math.isnan(value)
-        return order[row["state"]], not known, sign * value if known else 0.0, row["number"]
-
-    return sorted(rows, key=key)
+    sign, order = -1.0 if space.objective.direction == "maximize" else 1.0, {"COMPLETE": 0, "PRUNED": 1, "FAIL": 2}
+    return sorted(rows, key=lambda r: (order[r["state"]], r["shown"] is None, sign * (r["shown"] or 0.0), r["number"]))
 
 
 def _short_names(keys: List[str]) -> Dict[str, str]:
@@ -85,25 +72,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def _header(study, space: SearchSpace) -> str:
-    """``Study demo: 7 of 10 trials finished (3 complete, 3 pruned, 1 failed, 1 running); objective ...``."""
-    trials = study.get_trials(deepcopy=False)
-    finished = [t.state.name for t in finished_trials(trials)]
-    running = sum(t.state.name == "RUNNING" for t in trials)
-    waiting = sum(t.state.name == "WAITING" and retried_from(t) is not None for t in trials)
-    parts = [f"{finished.count('COMPLETE')} complete", f"{finished.count('PRUNED')} pruned",
-             f"{finished.count('FAIL')} failed"] + [f"{running} running"] * bool(running) + [
-        f"{waiting} interrupted, waiting to be continued"] * bool(waiting)
-    planned = f" of {study.user_attrs['n_trials']}" if "n_trials" in study.user_attrs else ""
-    return (f"Study {study.study_name}: {len(finished)}{planned} trials finished ({', '.join(parts)}); "
-            f"objective {space.objective.metric} ({space.objective.direction})")
-
-
 def trials_table(study, space: SearchSpace, top: int = 10, tablefmt: str = "simple",
                  relative_to: Optional[str] = None) -> str:
     """The best `top` finished trials (0: all) as a `tablefmt` table under the study's progress line;
     a failed trial's error follows. Output folders are relative to `relative_to` (default: here)."""
-    header = _header(study, space)
+    header = (f"Study {study.study_name}: {study_progress(study, best=False)}; "
+              f"objective {space.objective.metric} ({space.objective.direction})")
     ranked = _rows(study, space)
     if not ranked:
         return f"{header}\nno trial has finished yet"
@@ -113,18 +87,14 @@ def trials_table(study, space: SearchSpace, top: int = 10, tablefmt: str = "simp
                "output"]
     table, errors = [], []
     for rank, row in enumerate(shown, 1):
-        last = row["last"]
-        state = {"COMPLETE": "complete", "PRUNED": f"pruned at {last[0]}" if last else "pruned"}.get(
-            row["state"], row.get("user_attrs_status") if isinstance(row.get("user_attrs_status"), str) else "failed")
-        out = row.get("user_attrs_output_dir")
-        if isinstance(out, str):
-            rel = os.path.relpath(out, os.path.abspath(relative_to or os.getcwd()))
-            out = out if rel.startswith("..") else rel
-        iters = row.get("user_attrs_iterations")
-        table.append([str(rank), f"#{row['number']}" + (f" (continues #{row['resumes']})" if row["resumes"] is not None
-                                                   else ""), state,
-                      f"{row['shown']:#.4g}" if isinstance(row["shown"], float) and row["state"] != "FAIL" else "-",
-                      *[_cell(typed_value(k, row.get(f"params_{k}"))) for k in space.keys],
+        status, out, iters = (row.get(f"user_attrs_{k}") for k in ("status", "output_dir", "iterations"))
+        state = {"COMPLETE": "complete", "PRUNED": f"pruned at {row['last'][0]}" if row["last"] else "pruned"}.get(
+            row["state"], status if isinstance(status, str) else "failed")
+        if isinstance(out, str) and not os.path.relpath(out, os.path.abspath(relative_to or ".")).startswith(".."):
+            out = os.path.relpath(out, os.path.abspath(relative_to or "."))
+        resumes = f" (continues #{row['resumes']})" if row["resumes"] is not None else ""
+        table.append([str(rank), f"#{row['number']}{resumes}", state, "-" if row["shown"] is None else
+                      f"{row['shown']:#.4g}", *[_cell(typed_value(k, row.get(f"params_{k}"))) for k in space.keys],
                       _cell(int(iters) if iters is not None and pandas.notna(iters) else None),
                       _duration(row["time"]), _cell(out)])
         if row["state"] == "FAIL" and isinstance(row.get("user_attrs_error"), str):

@@ -1,20 +1,6 @@
-"""The search space of `reid-tune`: a YAML file of config keys to search, and what to optimize.
-
-    objective: {metric: SyntheticReID/mAP, direction: maximize}   # <test set>/<metric> of metrics.json
-    pruner: median                                                # median (default) | hyperband | none
-    params:                                                       # full config keys, in this order
-      SOLVER.BASE_LR: {type: float, low: 1.0e-4, high: 3.0e-3, log: true}
-      SOLVER.WARMUP_ITERS: {type: int, low: 0, high: 200, step: 50}
-      DATALOADER.NUM_INSTANCE: {type: categorical, choices: [2, 4, 8]}
-
-Each param becomes an Optuna distribution (``type`` names the class: ``FloatDistribution``,
-``IntDistribution``, ``CategoricalDistribution``; the other fields are its arguments), and
-Optuna's own checks reject bad ranges. :func:`check_search_space` then checks the space against
-the base config: the keys exist, each type fits its key, every bound and choice passes the
-config's value checks, and the objective names a result the evaluation reports. Every problem is
-one ``ConfigError`` line naming the file, the key and the fix. Values take their key's type (the
-choice 4 of a float key is 4.0; true/false of an on/off key is "on"/"off").
-"""
+"""The search space of `reid-tune` (docs/tuning.md shows the file): each params entry becomes an Optuna
+distribution, whose own checks reject bad ranges; :func:`check_search_space` then merges every bound and
+choice into the base config and checks it as reid-train does. Values take their key's type."""
 import difflib
 import functools
 import logging
@@ -139,11 +125,6 @@ def _distribution(key: str, spec, where: str):
                           f"fields: {'choices' if kind == 'categorical' else 'low, high, log, step'}.") from None
 
 
-def _leaf_keys(node, prefix: str = "") -> List[str]:
-    return [k for name, v in node.items() for k in
-            (_leaf_keys(v, f"{prefix}{name}.") if isinstance(v, dict) else [prefix + name])]
-
-
 _MISSING = object()
 
 
@@ -166,7 +147,7 @@ def check_search_space(space: SearchSpace, cfg: CfgNode) -> None:
     """Check a search space against the base config before any trial runs (ConfigError: one line)."""
     where = f"Search space {space.source or '(in memory)'}: "
     for key, dist in space.params.items():
-        _check_key(key, dist, _lookup(cfg, key), cfg, where)
+        _check_key(key, dist, _lookup(cfg, key), where)
     metric, names = space.objective.metric, evaluation_metric_names(cfg)
     if not cfg.DATASETS.TESTS:
         raise ConfigError(f"{where}objective.metric {metric} needs an evaluation, but DATASETS.TESTS is empty: "
@@ -191,17 +172,13 @@ def check_search_space(space: SearchSpace, cfg: CfgNode) -> None:
                                   f"{' '.join(first_line(e).split())}") from None
 
 
-def _check_key(key: str, dist, value, cfg: CfgNode, where: str) -> None:
-    """The key exists, is a scalar that no trial sets itself, and its type fits the distribution."""
-    # the key types a range fits: a float key takes int ranges too
+def _check_key(key: str, dist, value, where: str) -> None:
+    """No trial sets the key itself, and a number range fits its type (the config check does the rest)."""
     numeric = {"FloatDistribution": (float,), "IntDistribution": (int, float)}.get(type(dist).__name__)
-    problem = ("cannot be searched: reid-tune sets it for every trial; remove it from params" if key in RESERVED_KEYS
-               else "is not a config key." + did_you_mean(key, _leaf_keys(cfg)) if value is _MISSING
-               else "is a config section, not a key: search one of its keys" if isinstance(value, dict)
-               else f"holds a list ({value!r}): search scalar keys only" if isinstance(value, (list, tuple))
-               else None)
-    if problem is None and numeric and value is not None and (isinstance(value, bool) or type(value) not in numeric):
-        kind = {bool: "a true/false", str: "a text", int: "an integer"}.get(type(value), type(value).__name__)
+    problem = "cannot be searched: reid-tune sets it for every trial; remove it from params" \
+        if key in RESERVED_KEYS else None
+    if not problem and numeric and type(value) in (bool, str, int) and type(value) not in numeric:
+        kind = {bool: "a true/false", str: "a text", int: "an integer"}[type(value)]
         problem = f"is {kind} key (value {value!r}): use type: " + ("int" if kind == "an integer" else "categorical with choices")
     if problem:
         raise ConfigError(f"{where}params.{key} {problem}.")

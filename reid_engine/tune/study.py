@@ -8,7 +8,7 @@ import random
 import statistics
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..utils.errors import MissingPackageError, ReidUserError, UsageError, first_line
 from ..utils.urls import mask_password, sqlite_file
@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # Optuna is imported on first use
     import optuna
 
 __all__ = ["PRUNERS", "GRACE_PERIOD_FACTOR", "TrialFailed", "SqliteLock", "require_optuna", "default_storage_url",
-           "open_storage", "build_pruner", "open_study", "retry_of", "retried_from", "continued_attempts", "finished_trials",
+           "open_storage", "build_pruner", "open_study", "retry_of", "retried_from", "finished_trials",
            "trial_seed", "study_progress", "work_on_study"]
 
 logger = logging.getLogger(__name__)
@@ -85,13 +85,11 @@ def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBSto
     if sqlite_file(url) is not None:
         os.makedirs(os.path.dirname(sqlite_file(url)), exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}  # several processes share the file
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
     for attempt in range(OPEN_STORAGE_TRIES):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
                 return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval,
                                                   grace_period=GRACE_PERIOD_FACTOR * interval,
                                                   heartbeat_stale_trial_callback=retry)
@@ -186,8 +184,7 @@ def _describe(attrs: Mapping[str, Any]) -> str:
 
 
 def retry_of(trial: "optuna.trial.FrozenTrial"):
-    """(``retried_trial_number``: the first attempt `trial` retries, ``retry_history``: all of them), from
-    Optuna's retry callback; (None, []) for a first attempt."""
+    """(the first attempt `trial` retries, all of them) from Optuna's retry callback; (None, []) for none."""
     optuna = require_optuna()
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback
     with warnings.catch_warnings():
@@ -200,14 +197,9 @@ def retried_from(trial: "optuna.trial.FrozenTrial") -> Optional[int]:
     return (retry_of(trial)[1] or [None])[-1]
 
 
-def continued_attempts(trials: Sequence["optuna.trial.FrozenTrial"]) -> Set[int]:
-    """The numbers of the interrupted attempts that a later trial continues."""
-    return {number for t in trials for number in retry_of(t)[1]}
-
-
 def finished_trials(trials: Sequence["optuna.trial.FrozenTrial"]) -> List["optuna.trial.FrozenTrial"]:
     """The trials that count towards the study's N: finished, and not continued by another."""
-    continued = continued_attempts(trials)
+    continued = {number for t in trials for number in retry_of(t)[1]}
     return [t for t in trials if t.state.is_finished() and t.number not in continued]
 
 
@@ -219,24 +211,23 @@ def trial_seed(sampler_seed: int, trial_number: int) -> int:
     return int(np.random.SeedSequence([int(sampler_seed), int(trial_number)]).generate_state(1)[0])
 
 
-def study_progress(study: "optuna.Study") -> str:
-    """``5 of 12 trials finished (3 complete, 2 pruned), 2 running, best #4 0.6123[, ETA 0:03:20]``."""
-    state = require_optuna().trial.TrialState
+def study_progress(study: "optuna.Study", best: bool = True) -> str:
+    """``5 of 12 trials finished (3 complete, 2 pruned, 0 failed, 2 running)[, best #4 0.6123, ETA 0:03:20]``
+    (`best`: with the best trial and the ETA); retries waiting to start are named too."""
     trials = study.get_trials(deepcopy=False)
     finished = finished_trials(trials)
-    total = int(study.user_attrs.get(_ATTR_N_TRIALS, len(trials)))
-    counts = [(sum(t.state == s for t in finished), name) for s, name in
-              ((state.COMPLETE, "complete"), (state.PRUNED, "pruned"), (state.FAIL, "failed"))]
-    running = sum(t.state == state.RUNNING for t in trials)
-    line = (f"{len(finished)} of {total} trials finished ("
-            + ", ".join(f"{n} {name}" for n, name in counts if n or name == "complete") + f"), {running} running")
-    complete = [t for t in finished if t.state == state.COMPLETE]
-    if complete:
-        best = study.best_trial
-        line += f", best #{best.number} {best.value:.4f}"
-    durations = [t.duration.total_seconds() for t in finished if t.state != state.FAIL and t.duration]
-    left = total - len(finished)
-    if durations and left > 0:  # the median trial x the trials left / the workers (this one is between trials)
+    total = study.user_attrs.get(_ATTR_N_TRIALS)
+    states = [t.state.name for t in finished]
+    running = sum(t.state.name == "RUNNING" for t in trials)
+    waiting = sum(t.state.name == "WAITING" and retried_from(t) is not None for t in trials)
+    parts = [f"{states.count(s)} {s.lower().replace('fail', 'failed')}" for s in ("COMPLETE", "PRUNED", "FAIL")]
+    parts += [f"{running} running"] * bool(running) + [f"{waiting} interrupted, waiting to be continued"] * bool(waiting)
+    line = f"{len(finished)}{f' of {total}' if total else ''} trials finished ({', '.join(parts)})"
+    if best and "COMPLETE" in states:
+        line += f", best #{study.best_trial.number} {study.best_trial.value:.4f}"
+    durations = [t.duration.total_seconds() for t in finished if t.state.name != "FAIL" and t.duration]
+    left = (total or 0) - len(finished)
+    if best and durations and left > 0:  # the median trial x the trials left / the workers (this one is between trials)
         seconds = int(statistics.median(durations) * left / (1 + running))
         line += f", ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
     return line
@@ -249,12 +240,8 @@ def format_params(params: Mapping[str, Any]) -> str:
 
 def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Trial"], float], storage, storage_url: str,
                   poll_s: float = 5.0, log: logging.Logger = logger) -> None:
-    """Run the study's trials with ``study.optimize``, one at a time, until all have finished.
-
-    `run_trial` returns the objective value or raises ``optuna.TrialPruned`` / :class:`TrialFailed`
-    (the search goes on). A stop (``TrainingPreempted``, KeyboardInterrupt) ends the trial FAIL,
-    queues its retry and goes on up; any other exception ends it FAIL and goes on up.
-    `storage` is :func:`open_storage` of `storage_url`."""
+    """Run the study's trials with ``study.optimize``, one at a time, until all have finished; a stop
+    (``TrainingPreempted``, KeyboardInterrupt) queues the trial's retry and goes on up."""
     optuna = require_optuna()
     from ..reliability.preemption import TrainingPreempted  # only an exception needs the engine
 

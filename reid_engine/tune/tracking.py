@@ -1,7 +1,5 @@
-"""A study in MLflow (MLFLOW.ENABLED): one parent run, whose id the study keeps (user attr
-``mlflow_parent_run_id``) so that every worker nests its trials under it, all in one store
-(MLFLOW.TRACKING_URI, else $MLFLOW_TRACKING_URI, else ``<study folder>/mlruns``). A trial's run is
-named after its folder, so a retried trial continues its run."""
+"""A study in MLflow (MLFLOW.ENABLED): one parent run, whose id the study keeps, so that every worker
+nests its trials under it; a trial's run is named after its folder, so a retry continues it."""
 import logging
 import os
 from typing import Any, List, Sequence
@@ -47,10 +45,7 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
 
 
 def end_study_run(study: Any, cfg: CfgNode, study_dir: str, artifacts: Sequence[str]) -> None:
-    """Attach the study's summary files to its parent run and mark it FINISHED (all trials done).
-
-    A failure is one warning: the trials and their runs are recorded already.
-    """
+    """Attach the study's summary files to its parent run and end it FINISHED; a failure is one warning."""
     parent = study.user_attrs.get(PARENT_RUN_ATTR) if cfg.MLFLOW.ENABLED else None
     if not parent:
         return

@@ -1,7 +1,5 @@
 """One trial = one ordinary training run of the base command with the trial's values, in its folder
-``<study>/trials/trial_<number>`` (a retry: the folder of the trial it retries, resumed from its last
-checkpoint), with ``trial.json`` (values, seed, ``status``, ``value``, ``iterations``, ``evaluations``).
-Spawned training workers get a :class:`TrialRef` and report through the storage (:class:`StoredTrial`)."""
+(a retry: the folder of the trial it retries, resumed from its checkpoint), recorded in ``trial.json``."""
 import argparse
 import copy
 import dataclasses
@@ -41,9 +39,8 @@ _LIVE_TRIALS: Dict[int, Any] = {}  # trial number -> the trial this process trai
 
 @dataclasses.dataclass(frozen=True)
 class TrialBase:
-    """The base command of a search: reid-train's parsed `args` and checked `cfg`, the
-    ``engine.launch`` options, reid-train's module-level `train_worker`, the study's storage
-    (`storage_url`, `heartbeat_s`) and the study's `log_file` this process returns to after a trial."""
+    """The base command of a search (reid-train's args, cfg, launch options, worker), the study's storage and
+    the study's `log_file` this process returns to after a trial."""
 
     args: argparse.Namespace
     cfg: CfgNode
@@ -55,8 +52,8 @@ class TrialBase:
 
 
 class StoredTrial:
-    """What :class:`TrialReporter` needs of a trial (``number``, ``report``, ``should_prune``),
-    through the study's storage, for a training worker in another process than the trial's."""
+    """A trial's ``number``, ``report`` and ``should_prune`` through the storage, for a training worker in
+    another process than the trial's."""
 
     def __init__(self, ref: "TrialRef"):
         self.number, self._db = ref.number, open_storage(ref.storage_url, ref.heartbeat_s)
@@ -76,8 +73,7 @@ class StoredTrial:
 
 @dataclasses.dataclass(frozen=True)
 class TrialRef:
-    """A picklable reference to a running trial for the training workers: the storage, study,
-    trial number, pruner, objective metric, ``trial.json`` and how a stopped trial continues."""
+    """A picklable reference to a running trial for its training workers."""
 
     storage_url: str
     heartbeat_s: float
@@ -140,8 +136,7 @@ class TrialTrainer(DefaultTrainer):
 
 
 def _trial_worker(train_worker: Callable[..., Any], args: argparse.Namespace, cfg: CfgNode, ref: TrialRef) -> None:
-    """One training worker: reid-train's job with :class:`TrialTrainer`. A pruned or preempted run
-    ends here quietly (every worker stopped at the same iteration; the main one wrote the outcome)."""
+    """One training worker: reid-train's job with :class:`TrialTrainer`; a pruned or preempted run ends quietly."""
     try:
         train_worker(args, cfg, trainer_class=functools.partial(TrialTrainer, trial_ref=ref),
                      resume_with=ref.resume_with)

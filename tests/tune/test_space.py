@@ -147,11 +147,11 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 @pytest.mark.parametrize("params, expected", [
     ("  SOLVER.BASE_LRR: {type: float, low: 0.1, high: 0.2}\n",
-     ["params.SOLVER.BASE_LRR is not a config key.", "Did you mean: SOLVER.BASE_LR"]),
+     ["params.SOLVER.BASE_LRR value 0.1 fails the config check:", "Did you mean: SOLVER.BASE_LR"]),
     ("  SOLVER: {type: float, low: 0.1, high: 0.2}\n",
-     ["params.SOLVER is a config section, not a key", "search one of its keys"]),
+     ["params.SOLVER value 0.1 fails the config check:", "is a section; override one of its keys"]),
     ("  SOLVER.STEPS: {type: int, low: 1, high: 20}\n",
-     ["params.SOLVER.STEPS holds a list", "search scalar keys only"]),
+     ["params.SOLVER.STEPS value 1 fails the config check:", "expects"]),
     ("  SEED: {type: int, low: 0, high: 5}\n",
      ["params.SEED cannot be searched: reid-tune sets it for every trial", "remove it from params"]),
     ("  OUTPUT_DIR: {type: categorical, choices: [a, b]}\n", ["params.OUTPUT_DIR cannot be searched"]),

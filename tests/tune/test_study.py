@@ -60,7 +60,7 @@ def test_exactly_n_trials_the_first_with_the_base_params(tmp_path):
     trials = study.get_trials()
     assert len(trials) == 4 and all(t.state == TrialState.COMPLETE for t in trials)
     assert trials[0].params == BASE_PARAMS
-    assert study_progress(study).startswith("4 of 4 trials finished (4 complete), 0 running, best #")
+    assert study_progress(study).startswith("4 of 4 trials finished (4 complete, 0 pruned, 0 failed), best #")
     run(*new_study(tmp_path, 4))  # a worker joining a finished study runs nothing more
     assert len(study.get_trials()) == 4
 
