@@ -1,6 +1,7 @@
 """--resume on another number of workers: a 2-worker gloo run stopped by SIGTERM and resumed on 1 worker
 (under torchrun, as a restart with fewer nodes is) and on 4 trains on the same images, augmented alike, in
-the same order as the uninterrupted run, with its losses and weights up to float reduction order."""
+the same order as the uninterrupted run, with its losses and weights up to float reduction order. Only one
+worker is signalled: both stop after the same iteration (the real-process test of the workers' agreement)."""
 import glob
 import json
 import os
@@ -63,6 +64,12 @@ def test_two_workers_stopped_by_sigterm_resume_exactly_on_one_and_on_four(data_r
     reference = _start(data_root, ref, *two)  # alongside the others: each run keeps about one core busy
     err = _finished(_start(data_root, out, *two, REID_TEST_SIGNAL_AT="1:3:SIGTERM"), preemption.PREEMPTED_EXIT_CODE)
     assert "training stopped by SIGTERM after iteration 4" in error_lines(err)[-1]
+    # Only worker 1 was signalled (in iteration 3); the agreement, read one step later, stops both after 4.
+    rank0, rank1 = read(os.path.join(out, "log.txt")), read(os.path.join(out, "log.txt.rank1"))
+    assert "Received SIGTERM during iteration 3" in rank1 and "Received" not in rank0
+    for log in (rank0, rank1):
+        assert "Stopping after iteration 4 on every worker (SIGTERM)" in log
+    assert read(os.path.join(out, "last_checkpoint")).strip() == "model_0000004.pth"
     shutil.copytree(out, out4)
     on_one = _start(data_root, out, launcher=TORCHRUN_1)  # torchrun: auto-resume, world size from torchrun
     on_four = _start(data_root, out4, "--num-gpus", "4", "--dist-url", "auto", "--resume")

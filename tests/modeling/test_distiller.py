@@ -59,9 +59,10 @@ def _batch(seed=0, size=8):
             "targets": torch.arange(size) % NUM_CLASSES}
 
 
-@pytest.fixture
-def teacher_files(tmp_path):
-    return _save_teacher(tmp_path)
+@pytest.fixture(scope="module")
+def teacher_files(tmp_path_factory):
+    """One tiny R18 teacher (config, weights, model) for the module: the tests only read it."""
+    return _save_teacher(tmp_path_factory.mktemp("teacher"))
 
 
 def test_jsdiv_loss_equals_the_hand_computed_value():

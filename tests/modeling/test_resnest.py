@@ -33,7 +33,8 @@ def resnest(depth="50x", **opts):
     ("200x", (3, 24, 36, 3), 64), ("269x", (3, 30, 48, 8), 64),
 ])
 def test_every_depth_builds_with_fastreid_blocks_and_stem(depth, blocks, stem_width):
-    model = resnest(depth)
+    with torch.device("meta"):  # the layout only: no memory, no weight initialisation (seconds at 200x / 269x)
+        model = resnest(depth)
     assert model.out_channels == 2048
     assert tuple(len(getattr(model, f"layer{i}")) for i in range(1, 5)) == blocks
     assert model.conv1[0].out_channels == stem_width and model.bn1.num_features == 2 * stem_width
@@ -98,11 +99,17 @@ def test_norm_variants_reach_every_norm_layer(norm, kind):
 
 
 # ------------------------------------------------------------------------------ ImageNet weights
-@pytest.mark.slow
-def test_release_layout_loads_every_tensor(tmp_path, load_logs):
-    """The authors' resnest50-*.pth and timm's resnest50d use our names plus `fc`."""
+@pytest.fixture(scope="module")
+def release_file(tmp_path_factory):
+    """A ResNeSt-50 (seed 1, with running statistics) and its release file, built once for the module."""
     source = with_running_stats(resnest(seed=1))
-    path = save_release_file(source, tmp_path / "resnest50-528c19ca.pth")
+    return source, save_release_file(source, tmp_path_factory.mktemp("resnest") / "resnest50-528c19ca.pth")
+
+
+@pytest.mark.slow
+def test_release_layout_loads_every_tensor(release_file, load_logs):
+    """The authors' resnest50-*.pth and timm's resnest50d use our names plus `fc`."""
+    source, path = release_file
     assert detect_weights_family(torch.load(path, weights_only=True)) == "ResNeSt"
     loaded = resnest(seed=2, PRETRAIN=True, PRETRAIN_PATH=path)
     assert_fully_loaded(source, loaded, path, load_logs)
@@ -124,8 +131,8 @@ def test_another_family_file_names_both_families(tmp_path):
     # 217 of ResNet-50's 318 tensors are found in a ResNeSt-50 file: refused by its fingerprint
     ("build_resnet_backbone", "50x"),
 ])
-def test_a_resnest_file_is_refused_by_other_families(tmp_path, name, depth):
-    path = save_release_file(resnest(), tmp_path / "resnest50.pth")
+def test_a_resnest_file_is_refused_by_other_families(release_file, name, depth):
+    _, path = release_file
     family = "ResNeXt" if "resnext" in name else "ResNet"
     with pytest.raises(WeightsFamilyError, match=f"holds ResNeSt weights, but the backbone is {family}"):
         build(name, depth, PRETRAIN=True, PRETRAIN_PATH=path)
