@@ -11,6 +11,9 @@ import torch
 # Tiny models on a 2-core machine: one intra-op thread avoids thread contention
 # (test runtimes drop several-fold) and keeps numerics the same run to run.
 torch.set_num_threads(1)
+# The same for the commands the tests start: a fixed count (the user's override) keeps the thread
+# policy from following the load of the other tests, so a run and its resume compute alike.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

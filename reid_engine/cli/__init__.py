@@ -19,10 +19,9 @@ handling). `args` holds the flag groups the parsers are built from (and the clas
 `default_argument_parser`), `summary` the block a completed `reid-train` run ends with.
 Layering: the top; it may import every other package.
 """
-import os
+from ..runtime import thread_policy
 
-# Idle OpenMP threads sleep at once instead of spinning: beside another busy process (a shared
-# machine, the loader workers) a spinning thread holds the core that a descheduled peer needs
-# to reach the barrier (README, "Speed switches"). Read by torch's OpenMP when torch is first
-# imported, which the command modules below do; a user's own OMP_WAIT_POLICY is kept.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Before torch is imported (the command modules below import it): libgomp reads OMP_WAIT_POLICY
+# once, when torch loads it. Quiet cores keep OpenMP's spinning default, busy ones get PASSIVE
+# (runtime.thread_policy; docs/performance.md, "Threads"); a user's own OMP_WAIT_POLICY is kept.
+thread_policy.choose_at_start()

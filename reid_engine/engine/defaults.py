@@ -243,6 +243,7 @@ class DefaultTrainer(TrainerBase):
 
     def build_hooks(self) -> List[hooks.HookBase]:
         """The default hooks, in order: pseudo labels (PSEUDO.ENABLED), timer, LR scheduler, compile guard,
+        the CPU thread budget (the plan's "threads follow the load"),
         EMA teacher, PreciseBN, LayerFreeze, evaluation, best checkpoint, writers, periodic checkpoints,
         preemption (SIGTERM / SIGUSR1 / SIGINT: checkpoint and stop).
 
@@ -258,6 +259,8 @@ class DefaultTrainer(TrainerBase):
         ipe = self.iters_per_epoch
         ret: List[Optional[hooks.HookBase]] = [hooks.IterationTimer(sync_period=LOG_PERIOD), hooks.LRScheduler(),
                                                self.compile_guard]
+        if self.plan.adapt_threads:
+            ret.append(hooks.ThreadBudgetHook(self.plan.threads))
         if cfg.PSEUDO.ENABLED:  # first, so the clustering time stays out of the iteration times
             loader = getattr(self.data_loader, "loader", self.data_loader)  # under a DevicePrefetcher
             ret.insert(0, PseudoLabeler(self.cfg, loader, cfg.PSEUDO.PERIOD * ipe))

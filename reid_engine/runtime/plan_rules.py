@@ -15,6 +15,7 @@ import torch
 from ..utils import env
 from ..utils.errors import ConfigError
 from ..utils.registry import check_choice
+from . import thread_policy
 from .cpu_budget import usable_cpus
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
     "CHANNELS_LAST_CHOICES", "use_channels_last",
     "AMP_DTYPE_NAMES", "resolve_amp_dtype", "AmpDecision", "amp_decision",
     "DEVICE_AUGMENT_CHOICES", "batched_op_names", "reordered_keys", "device_augment_decision",
-    "loader_workers", "cpu_threads",
+    "loader_workers", "cpu_threads", "adapts_threads",
 ]
 
 
@@ -330,7 +331,8 @@ def cpu_threads(local_workers: int = 1, environ: Optional[Mapping[str, str]] = N
     torch's default is the host's physical cores, whatever the process may use: in a
     container with a CPU quota, on a pinned process, or with several worker processes per
     machine, more compute threads than CPUs wait for each other at every parallel region.
-    Here: the CPUs this process may use (affinity, cgroup quota) shared by the machine's
+    Here: the CPUs this process may use (affinity, cgroup quota), less those other processes
+    kept busy when the command started (``runtime.thread_policy``), shared by the machine's
     training processes; OMP_NUM_THREADS, when set, is the user's override.
 
     Args:
@@ -345,7 +347,27 @@ def cpu_threads(local_workers: int = 1, environ: Optional[Mapping[str, str]] = N
     if override.isdigit() and int(override) > 0:
         return int(override), f"OMP_NUM_THREADS {override}"
     cpus, source = usable_cpus() if usable is None else usable
+    busy = thread_policy.busy_measured(environ)
+    free = thread_policy.threads_left(cpus, busy)
+    if free < cpus:
+        source += f", {busy:.1f} busy with other processes at start"
     local_workers = max(1, int(local_workers))
-    threads = max(1, cpus // local_workers)
+    threads = max(1, free // local_workers)
     shared = f" shared by {local_workers} processes" if local_workers > 1 else ""
     return threads, f"{source}{shared} (OMP_NUM_THREADS overrides)"
+
+
+def adapts_threads(device_type: str, purpose: str, environ: Optional[Mapping[str, str]] = None,
+                   usable: Optional[Tuple[int, str]] = None) -> Tuple[bool, str]:
+    """Whether training follows other processes' load with its thread count (``ThreadBudget``), and why."""
+    environ = os.environ if environ is None else environ
+    if device_type != "cpu" or purpose != "train":
+        return False, "CPU training only"
+    if environ.get("OMP_NUM_THREADS", "").strip():
+        return False, "OMP_NUM_THREADS fixes the threads"
+    source = (usable_cpus() if usable is None else usable)[1]
+    if source.startswith("cgroup"):
+        return False, "a cgroup quota hides the neighbours' share"
+    if not os.path.exists("/proc/stat"):
+        return False, "no /proc/stat to measure the load"
+    return True, "other processes' load, sampled every 2 s (OMP_NUM_THREADS fixes the threads)"

@@ -22,6 +22,7 @@ from tabulate import tabulate
 
 from ..utils import comm, env
 from ..utils.registry import check_choice, registry_for_key
+from . import thread_policy
 from .plan_rules import (
     AMP_DTYPE_NAMES,
     CHANNELS_LAST_CHOICES,
@@ -31,6 +32,7 @@ from .plan_rules import (
     DEVICE_AUGMENT_CHOICES,
     PURPOSES,
     AmpDecision,
+    adapts_threads,
     amp_decision,
     batched_op_names,
     compile_decision,
@@ -78,6 +80,7 @@ class RunPlan:
     device_augment: bool
     loader_workers: int
     threads: int = 1
+    adapt_threads: bool = False
     compile_scope: str = "model"
     reasons: Dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -114,6 +117,8 @@ class RunPlan:
             ("device augmentation", on_off[self.device_augment], r.get("device_augment", "")),
             ("loader workers", str(self.loader_workers), r.get("loader_workers", "")),
             ("CPU threads", str(self.threads), r.get("threads", "")),
+            ("threads follow the load", on_off[self.adapt_threads], r.get("adapt_threads", "")),
+            ("OpenMP wait policy", os.environ.get("OMP_WAIT_POLICY") or "OpenMP default", wait_policy_reason()),
         ]
 
     def table(self) -> str:
@@ -129,6 +134,14 @@ class RunPlan:
     def log(self) -> None:
         """Log the plan's table (INFO)."""
         logger.info("Run plan (%s):\n%s", self.purpose, self.table())
+
+
+def wait_policy_reason() -> str:
+    """Why OMP_WAIT_POLICY is what it is in this process (the command line's start choice, or the environment)."""
+    choice = thread_policy.start_choice()
+    if choice is not None:
+        return choice.reason
+    return "from the environment" + (" (the launching command's choice)" if thread_policy.BUSY_ENV in os.environ else "")
 
 
 def check_plan_config(cfg) -> None:
@@ -183,10 +196,11 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
     threads, reasons["threads"] = cpu_threads(comm.get_local_size())
+    adapt, reasons["adapt_threads"] = adapts_threads(device.type, purpose)
     return RunPlan(purpose=purpose, device=device, amp=amp, channels_last=channels_last, compile_mode=mode,
                    compile_explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto",
                    compile_backend=str(cfg.MODEL.COMPILE_BACKEND), cpu_bf16_weight_grad=cpu_bf16,
-                   device_augment=augment, loader_workers=workers, threads=threads,
+                   device_augment=augment, loader_workers=workers, threads=threads, adapt_threads=adapt,
                    compile_scope=scope, reasons=reasons)
 
 
@@ -201,7 +215,7 @@ def _plan_key(cfg, purpose: str, architecture) -> tuple:
     inp = cfg.INPUT
     # constant in a process, but tests stand in for them
     machine = (torch.cuda.is_available(), env.cpu_native_bf16(), comm.get_local_size(),
-               os.environ.get("OMP_NUM_THREADS", ""))
+               os.environ.get("OMP_NUM_THREADS", ""), os.environ.get(thread_policy.BUSY_ENV, ""))
     return (purpose, architecture, machine, str(cfg.MODEL.DEVICE), bool(cfg.SOLVER.AMP.ENABLED), str(cfg.SOLVER.AMP.DTYPE),
             str(cfg.MODEL.CHANNELS_LAST), str(cfg.MODEL.COMPILE), str(cfg.MODEL.COMPILE_BACKEND),
             str(cfg.MODEL.COMPILE_SCOPE), freezes_layers(cfg),
