@@ -4,14 +4,10 @@
 The parts that give the headline figures run alone, one after another; then the others run in a
 pool, ``--jobs`` (4) at a time, so that every family fits one call (see "Sharing" below).
 
-On the GPU machine (the device tool: one H100, 16 cores, no internet, about 15 minutes of device
-time with start-up), from the repository root. Once, here: copy the wheels as
-../shared/gpu-wheels/README.md says (``echo /.whl/ >> .git/info/exclude; mkdir -p .whl;
-cp ../shared/gpu-wheels/*.whl .whl/``); then one device call with ``carry: [".whl"]`` and
-``timeout_s: 600``:
+On a GPU machine (sized for one H100 and 16 cores, about 8 minutes), from the repository root,
+with a CUDA build of torch and the requirements installed (from local wheels where the machine has
+no internet: ``pip install --no-index --no-deps wheels/*.whl``; docs/maintainers/gpu_acceptance.md):
 
-    python3 -m pip install -q --no-index --no-deps .whl/*.whl && python3 -c "import site; \\
-    open(site.getsitepackages()[0]+'/reid_engine_checkout.pth','w').write('$PWD\\n')" || exit
     python3 tools/gpu_acceptance.py
 
 It ends within ``--budget`` seconds (470) plus a second of packing, data generation included.

@@ -11,7 +11,7 @@ twice on each sequence's ground-truth boxes (jittered by --jitter of their size,
 detector): with the exported model as its appearance encoder, and on motion alone (the same
 tracker and settings without embeddings). Prints IDF1 (mean and per sequence), ID switches
 (total) and MOTA (mean) of both, from py-motmetrics. Needs boxmot (installed with --no-deps,
-see README) and motmetrics.
+see docs/boxmot.md) and motmetrics.
 
 The export uses TEST.NECK_FEAT after (override it after MODEL.WEIGHTS): trackers threshold
 absolute cosine distances, and the BN-neck features are centred, while the pooled features

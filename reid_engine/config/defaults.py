@@ -196,8 +196,8 @@ _C.INPUT.RPT.PROB = 0.5
 # per image in the loader workers (fast-reid's way); "on" batched on the training device just
 # before the forward pass, each image drawn independently from the same distributions (the
 # workers then only decode, resize and apply the other ops); "auto" is on for CUDA training and
-# off on the CPU (no faster there, and the main job's data stream stays as it was: README, "The
-# loader at GPU speed"). Moving them puts them after
+# off on the CPU (no faster there, and the main job's data stream stays as it was: docs/benchmarks.md,
+# "Training speed"). Moving them puts them after
 # CJ / AFFINE / AUGMIX / RPT instead of before, so "auto" stays off when one of those is enabled.
 _C.INPUT.DEVICE_AUGMENT = "auto"
 
@@ -397,7 +397,7 @@ _C.PSEUDO.CAMERA_PROXY.HARD_NEGATIVES = 50
 _C.PSEUDO.CAMERA_PROXY.WEIGHT = 0.5
 
 # ---------------------------------------------------------------------------- #
-# (ours) MLflow tracking (optional: pip install 'reid_engine[mlflow]'; README "MLflow tracking")
+# (ours) MLflow tracking (optional: pip install 'reid_engine[mlflow]'; docs/tracking.md, "MLflow")
 # ---------------------------------------------------------------------------- #
 _C.MLFLOW = CN()
 # Log the config (params), the metrics (step = iteration), the run's files and its end status to

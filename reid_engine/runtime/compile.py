@@ -16,7 +16,7 @@ What is compiled (MODEL.COMPILE_SCOPE, decided by the run plan): the whole model
 OSNet block ...; the glue between them runs eager). Blocks of one class and one input shape
 share one compiled artifact, so a ResNet-50 compiles eight small graphs instead of one large
 one, and a change that meets only some blocks (the release of frozen layers) recompiles only
-those (README, "Compiled training").
+those (docs/benchmarks.md, "Compiled training").
 """
 import contextlib
 import os

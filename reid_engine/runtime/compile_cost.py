@@ -5,7 +5,7 @@ exceeds what compiling costs: a short run or a fine-tune stays eager. The saving
 ``remaining iterations x eager step x (1 - 1 / speedup)``, with the eager step measured by
 the run itself (CompileGuard's first steps). The compile cost and the speedup come from an
 earlier run of the same recipe on this machine when there is one (the record below), else
-from the defaults measured for this project (README, "Compiled training").
+from the defaults measured for this project (docs/benchmarks.md, "Compiled training").
 
 The record is a small JSON file beside inductor's cache (``compile_records.json``): one entry
 per recipe (the model's structure, input shape, precision, compile mode and scope, device

@@ -62,7 +62,7 @@ def resolve_compile_mode(value, device: torch.device, model=None, eager_only_rea
 
     ``auto``: reduce-overhead (CUDA graphs) for CUDA training, unless the architecture is
     eager-only; eager on the CPU, where compiling the main job bought no speed in the
-    trainer loop (README, "Compiled training") and costs a C++ build.
+    trainer loop (docs/benchmarks.md, "Compiled training") and costs a C++ build.
 
     Args:
         value: MODEL.COMPILE.
@@ -122,7 +122,7 @@ def compile_scope_decision(value, mode: str, freezes: bool = False) -> Tuple[str
     that freezes layers first: releasing them changes their BatchNorm from eval to train mode,
     which recompiles what contains them. Compiled whole, the strong baseline (sbs_R50) did not
     finish 2 epochs in 5 minutes on an H100; in blocks it compiled in 36 s, recompiled the
-    released blocks in 32 s, and trained at 1.71x eager (README, "Compiled training"). (With
+    released blocks in 32 s, and trained at 1.71x eager (docs/benchmarks.md, "Compiled training"). (With
     its cost rule, ``auto`` now usually trains a short freeze eager and compiles once, at the
     release: runtime/compile_guard.py. The frozen model is still compiled, and released,
     under a long freeze, an explicit mode or MODEL.COMPILE_WEIGH_COST off.)
@@ -284,7 +284,7 @@ def device_augment_decision(cfg, device_type: str) -> Tuple[bool, str]:
 
     ``auto`` turns it on for CUDA training unless INPUT.CJ / AFFINE / AUGMIX / RPT is enabled
     (they would then run before the moved ops instead of after them); on the CPU the
-    per-image path stays (the batched ops measured no faster there: the README's loader figures).
+    per-image path stays (the batched ops measured no faster there: the loader figures on docs/benchmarks.md).
 
     Args:
         cfg: the config (INPUT.*).
