@@ -6,7 +6,7 @@ evaluation) once per variant, interleaved over rounds, and reads the per-window 
 
 - code: the working tree, or `--revisions REV ...` (each checked out in a temporary worktree);
 - load: `--loads 0 1 2`, how many single-threaded busy processes run beside it (`--busy-nice`, default 0:
-  `python -c 'while True: pass'`);
+  `python -c 'while True: pass'`), started before the run or `--busy-after S` seconds into it;
 - threads: the run plan's CPU threads, or `--threads N` forced through OMP_NUM_THREADS;
 - OpenMP wait policy: the command line's (``cli``: the run plan's, docs/performance.md), OpenMP's
   default (``torch``: threads spin a while before they sleep), ACTIVE or PASSIVE through
@@ -135,9 +135,15 @@ def run_once(args, source: str, output_dir: str, policy: str, threads: str, load
            os.path.join(source, os.path.relpath(args.config, ROOT)),
            "DATASETS.ROOT", args.data_root, "OUTPUT_DIR", output_dir, "SOLVER.MAX_EPOCH", str(args.epochs),
            "TEST.EVAL_PERIOD", "1000", "DATASETS.TESTS", "()", "SOLVER.CHECKPOINT_PERIOD", "1000"]
+    run = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
+    try:
+        run.wait(timeout=args.busy_after or None)  # a neighbour that starts later, mid-run
+    except subprocess.TimeoutExpired:
+        pass
     with busy_processes(load, args.busy_nice):
-        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
+        if run.wait() != 0:
+            raise SystemExit(f"the run failed (exit {run.returncode}): {' '.join(cmd)}")
     times = []
     with open(os.path.join(output_dir, "metrics.json")) as f:
         for line in f:
@@ -161,6 +167,8 @@ def main() -> None:
     parser.add_argument("--placements", nargs="+", default=["machine"], help="machine, pin:N or quota:N")
     parser.add_argument("--loads", nargs="+", type=int, default=[0, 1], help="busy processes beside the run")
     parser.add_argument("--busy-nice", type=int, default=0, help="the busy processes' nice value")
+    parser.add_argument("--busy-after", type=float, default=0, help="start the busy processes this many seconds "
+                        "into the run (0: before it)")
     args = parser.parse_args()
     cgroups = {p: make_cgroup(float(p.split(":")[1])) for p in args.placements if p.startswith("quota:")}
     variants = [(rev, policy, threads, load, placement) for rev in args.revisions for policy in args.policies
