@@ -114,7 +114,8 @@ def checkouts(revisions: List[str]) -> Iterator[Dict[str, str]]:
 
 def policy_env(policy: str, threads: str) -> Dict[str, str]:
     """The environment of a run with OpenMP wait `policy` and `threads` (see the module docstring)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    own = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "REID_ENGINE_BUSY_CPUS")
+    env = {k: v for k, v in os.environ.items() if k not in own}
     if policy == "torch":
         env["OMP_WAIT_POLICY"] = ""  # set but empty: the command line keeps it, OpenMP uses its default
     elif policy.startswith("spin:"):
@@ -135,13 +136,16 @@ def run_once(args, source: str, output_dir: str, policy: str, threads: str, load
            os.path.join(source, os.path.relpath(args.config, ROOT)),
            "DATASETS.ROOT", args.data_root, "OUTPUT_DIR", output_dir, "SOLVER.MAX_EPOCH", str(args.epochs),
            "TEST.EVAL_PERIOD", "1000", "DATASETS.TESTS", "()", "SOLVER.CHECKPOINT_PERIOD", "1000"]
-    run = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
-    try:
-        run.wait(timeout=args.busy_after or None)  # a neighbour that starts later, mid-run
-    except subprocess.TimeoutExpired:
-        pass
-    with busy_processes(load, args.busy_nice):
+    with contextlib.ExitStack() as neighbours:
+        if not args.busy_after:
+            neighbours.enter_context(busy_processes(load, args.busy_nice))
+        run = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               preexec_fn=_placer(placement, (cgroups or {}).get(placement, "")))
+        if args.busy_after:
+            try:
+                run.wait(timeout=args.busy_after)
+            except subprocess.TimeoutExpired:  # still running: the neighbours arrive mid-run
+                neighbours.enter_context(busy_processes(load, args.busy_nice))
         if run.wait() != 0:
             raise SystemExit(f"the run failed (exit {run.returncode}): {' '.join(cmd)}")
     times = []
