@@ -1,26 +1,23 @@
 #!/usr/bin/env python
 """Market-size rank metrics from a precomputed distance matrix: ours against fast-reid's Cython evaluator.
 
-Both run in this process on the same float32 distance matrix (3,368 queries x 15,913
-gallery, 751 ids, 6 cameras; random features with identity structure, as in
-bench_evaluation.py), interleaved over rounds (the order alternates each round). It
-prints the median and every time of each, the ratio (Cython / ours) and the largest
-absolute difference of CMC ranks 1-50, mAP and mINP. ``--load N`` runs N busy
-single-threaded processes during the measurement (a shared machine).
+Both run in this process on the same float32 distance matrix (bench_evaluation.py's Market-size
+split), in interleaved rounds whose order alternates. It prints the median and every time of each,
+the ratio (Cython / ours) and the largest difference of CMC ranks 1-50, mAP and mINP. ``--load N``
+runs N busy single-threaded processes meanwhile (a shared machine).
 
-fast-reid is never a dependency of this repository: build its evaluator once in a
-scratch environment with the same Python (3.11) and pass the compiled module, e.g.
+fast-reid is never a dependency: build its evaluator in a scratch environment with the same Python
+(3.11) and pass the compiled module, e.g.
 
     python3.11 -m venv /tmp/fastreid_venv && /tmp/fastreid_venv/bin/pip install cython numpy setuptools
     /tmp/fastreid_venv/bin/pip download --no-deps fastreid==1.4.0 -d /tmp/fastreid_src
     # unzip the wheel, copy fastreid/evaluation/rank_cylib/rank_cy.pyx to /tmp/fastreid_cy, and there
     # build it (-O3) with a setup.py of: setup(ext_modules=cythonize([Extension("rank_cy", ["rank_cy.pyx"],
     #     include_dirs=[numpy.get_include()])])), i.e. /tmp/fastreid_venv/bin/python setup.py build_ext --inplace
-    python tools/benchmarks/bench_rank_vs_fastreid.py \\
+    python tools/benchmarks/bench_rank_vs_fastreid.py \
         --fastreid-rank-cy /tmp/fastreid_cy/rank_cy.cpython-311-x86_64-linux-gnu.so --rounds 7 [--load 1]
 
-To time another version of this package (e.g. the last commit), put it first on PYTHONPATH;
-the path of the module that was timed is printed.
+To time another version of this package, put it first on PYTHONPATH (the timed module's path is printed).
 """
 import argparse
 import importlib.util
