@@ -59,8 +59,7 @@ def main() -> None:
     print(f"  checksum alone      {digest:7.3f} s  ({size / digest:.0f} MiB/s)")
     print(f"  save: with checksum {ours_save:7.3f} s, the same atomic save without it {unchecked_save:7.3f} s "
           f"(ratio {ours_save / unchecked_save:.2f}), plain torch.save without fsync {plain_save:7.3f} s")
-    print(f"  load: with checksum {ours_load:7.3f} s, plain torch.load {plain_load:7.3f} s, "
-          f"ratio {ours_load / plain_load:.2f}")
+    print(f"  load: with checksum {ours_load:7.3f} s, plain torch.load {plain_load:7.3f} s, ratio {ours_load / plain_load:.2f}")
 
 
 if __name__ == "__main__":

@@ -6,10 +6,9 @@ of 2,048 dimensions from 1,041 identities (~31 images each, a varying number), e
 centre plus a camera style offset plus noise. It runs ``jaccard_distance_graph`` and
 ``dbscan_pseudo_labels`` with cluster contrast's settings (PSEUDO's defaults) and prints:
 
-- the time of the graph, of DBSCAN and the total, wall and CPU seconds (all threads: on a loaded
-  machine the wall clock grows with the load, the CPU seconds much less);
-- the process's peak resident set with the features alone and after the clustering, and the
-  difference (an upper bound of the clustering's working memory);
+- the time of the graph, of DBSCAN and the total, wall and CPU seconds (all threads);
+- the peak resident set with the features alone and after the clustering (the difference bounds
+  the clustering's working memory);
 - the graph's size and the pseudo-label quality against the true identities.
 
 Targets (issue 26): at most 60 s and at most 4 GB peak on a 2-core CPU.
@@ -27,13 +26,9 @@ TARGET_SECONDS, TARGET_GB = 60.0, 4.0
 
 
 def make_pool(num: int, ids: int, dim: int, cams: int, noise: float, cam_style: float, pose: float, seed: int = 0):
-    """Clustered features, L2-normalised, filled in blocks.
-
-    A feature is its identity's centre (identities in groups of ~20 that share half of their
-    centre: people dressed alike), plus its camera's style offset, plus a pose offset from a
-    32-dimensional subspace shared by everyone (what makes different people look alike),
-    plus isotropic noise.
-    """
+    """Clustered features, L2-normalised, filled in blocks: an identity's centre (identities in groups of
+    ~20 sharing half of it: people dressed alike), its camera's style offset, a pose offset from a
+    32-dimensional subspace everyone shares (different people looking alike), and noise."""
     gen = torch.Generator().manual_seed(seed)
     unit = torch.nn.functional.normalize
     sizes = torch.randint(1, 2 * num // ids, (ids,), generator=gen).float()
@@ -90,9 +85,8 @@ def main(argv=None):
     print(f"pseudo labels: {int(quality['num_clusters']):,} clusters, {int(quality['num_outliers']):,} outliers; "
           f"NMI {quality['nmi']:.3f}, ARI {quality['ari']:.3f}, pairwise precision {quality['pairwise_precision']:.3f}, "
           f"recall {quality['pairwise_recall']:.3f}")
-    print(f"total: {total:.1f} s, {graph_time.cpu + dbscan_time.cpu:.1f} CPU s "
-          f"(target <= {TARGET_SECONDS:.0f} s: {'met' if total <= TARGET_SECONDS else 'NOT met'}, "
-          f"{total / TARGET_SECONDS:.2f}x the target)")
+    print(f"total: {total:.1f} s, {graph_time.cpu + dbscan_time.cpu:.1f} CPU s (target <= {TARGET_SECONDS:.0f} s: "
+          f"{'met' if total <= TARGET_SECONDS else 'NOT met'}, {total / TARGET_SECONDS:.2f}x the target)")
     print(f"peak RSS (ru_maxrss): {rss_after:.2f} GB for the process, {rss_after - rss_before:.2f} GB above the features "
           f"(target <= {TARGET_GB:.0f} GB: {'met' if rss_after <= TARGET_GB else 'NOT met'})")
 

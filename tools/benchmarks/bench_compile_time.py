@@ -9,11 +9,7 @@ compile seconds are the first compiled step (the backward graph compiles in it t
 median steady step; a second process on the filled cache gives the "warm" figure, what a second
 run of the same recipe pays. The CPU shows the device-independent part (tracing, the joint graph,
 lowering and scheduling); on a GPU, Triton kernels replace the C++ build. Rounds take turns family
-by family, scope by scope.
-
-Examples:
-    python tools/benchmarks/bench_compile_time.py --families bagtricks_R50 bagtricks_vit --rounds 2
-    python tools/benchmarks/bench_compile_time.py --backend aot_eager --no-warm   # the front half alone
+by family, scope by scope. E.g. ``--backend aot_eager --no-warm`` (the front half alone).
 """
 import argparse
 import json
@@ -97,9 +93,9 @@ def main(argv=None) -> int:
                 finally:
                     shutil.rmtree(cache, ignore_errors=True)
                 rows.setdefault((family, scope), []).append((cold, warm))
-                print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s"
-                      f"  warm {warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}"
-                      f"  {cold.get('error', '')}", flush=True)
+                print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s  warm "
+                      f"{warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}  {cold.get('error', '')}",
+                      flush=True)
 
     def median(family, scope, which):
         values = [pair[which]["compile_s"] for pair in rows.get((family, scope), []) if "compile_s" in pair[which]]

@@ -8,9 +8,6 @@ matrix product (reid_engine.modeling.layers.cpu_bf16_conv), per layer shape and 
 2. The model-only training step (forward, backward, Adam) of --config-file's model under bfloat16
    autocast, every convolution on oneDNN against the model as build_model makes it, interleaved.
 Meaningful on a CPU that computes bfloat16 natively (AVX512-BF16 or AMX).
-
-    python tools/benchmarks/bench_cpu_bf16_conv.py --config-file configs/Market1501/bagtricks_R50.yml \
-        --size 256 128 --batch 32 --rounds 4
 """
 import argparse
 import copy
@@ -19,7 +16,7 @@ import statistics
 
 import torch
 import torch.nn.functional as F
-from harness import REPO, interleaved, print_command, random_batch, timed, train_step
+from harness import REPO, interleaved, print_command, print_table, random_batch, timed, train_step
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -47,7 +44,7 @@ def milliseconds(fn, repeats: int) -> float:
 
 
 def bench_shape(batch: int, shape, repeats: int) -> tuple:
-    """(oneDNN ms, matrix product ms, picked) of one layer's bfloat16 weight gradient."""
+    """The table row of one layer's bfloat16 weight gradient: shape, oneDNN ms, matrix product ms, ratio, picked."""
     cin, h, w, cout, k, s = shape
     pad = k // 2
     x = torch.randn(batch, cin, h, w, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
@@ -59,7 +56,8 @@ def bench_shape(batch: int, shape, repeats: int) -> tuple:
     matmul = milliseconds(lambda: matmul_weight_grad(grad_out, x, k, s, pad), repeats)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         picked = uses_matmul_weight_grad(conv, x.float())
-    return onednn, matmul, picked
+    return (f"{cin}, {h}x{w}, {cout}, {k}x{k}, {s}", f"{onednn:.2f}", f"{matmul:.2f}", f"{onednn / matmul:.2f}",
+            "yes" if picked else "no")
 
 
 def as_onednn(model: nn.Module) -> nn.Module:
@@ -101,13 +99,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native bfloat16: "
           f"{cpu_native_bf16() or 'no (emulated: the figures say little)'}")
-    print("| layer (in, H x W, out, kernel, stride) | oneDNN ms | matrix product ms | oneDNN / product | used |")
-    print("|---|---:|---:|---:|---|")
-    for shape in SHAPES[:args.shapes]:
-        onednn, matmul, picked = bench_shape(args.batch, shape, args.repeats)
-        cin, h, w, cout, k, s = shape
-        print(f"| {cin}, {h}x{w}, {cout}, {k}x{k}, {s} | {onednn:.2f} | {matmul:.2f} | {onednn / matmul:.2f} | "
-              f"{'yes' if picked else 'no'} |")
+    print_table(("layer (in, H x W, out, kernel, stride)", "oneDNN ms", "matrix product ms", "oneDNN / product", "used"),
+                (bench_shape(args.batch, shape, args.repeats) for shape in SHAPES[:args.shapes]), "lrrrl")
     onednn, built, converted = bench_model(args)
     print(f"\nmodel-only step of {os.path.relpath(args.config_file, REPO)} at {args.size[0]}x{args.size[1]}, "
           f"batch {args.batch}, bfloat16 autocast ({converted} convolutions converted): oneDNN {onednn:.3f} s, "

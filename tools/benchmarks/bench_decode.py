@@ -25,7 +25,6 @@ import torch
 from harness import bot_config, interleaved, random_batch, timed
 from PIL import Image, ImageDraw, ImageFilter
 
-from reid_engine.config import get_cfg
 from reid_engine.data import build_transforms, read_image
 
 
@@ -94,9 +93,7 @@ def main(argv=None) -> Dict[int, Dict[str, float]]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the forward timing")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = get_cfg()
-    cfg.INPUT.SIZE_TEST = list(args.size)
-    pipeline = build_transforms(cfg, is_train=False)
+    pipeline = build_transforms(bot_config(size=args.size), is_train=False)
     draft_size = (args.size[1], args.size[0])  # what the pipelines passed to read_image before
     results: Dict[int, Dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:

@@ -15,11 +15,8 @@ Without --main-weights / --r50-weights a model keeps its seeded random initializ
 say "untrained", and only their speeds and int8-vs-fp32 agreement mean something.
 
 torch and ONNX Runtime both use --threads intra-op threads; set OMP_NUM_THREADS to the same value.
-On a shared machine best-of-N reduces the noise but does not remove it.
-
-    OMP_NUM_THREADS=2 python tools/benchmarks/bench_deploy.py --data-root datasets \
-        --main-weights output/synthetic_r18_half/model_final.pth
-    OMP_NUM_THREADS=1 python tools/benchmarks/bench_deploy.py --models r50 --threads 1 --no-map
+On a shared machine best-of-N reduces the noise but does not remove it. Commands and figures:
+docs/benchmarks.md ("Back ends").
 """
 import argparse
 import os
@@ -86,9 +83,8 @@ def model_config(config_file: str, weights: str, data_root: str, overrides=()):
     """The frozen config of a benchmarked model, on the CPU, with its weights (none: "")."""
     cfg = get_cfg()
     cfg.merge_from_file(config_file)
-    cfg.merge_from_list(list(overrides) + ["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False,
-                                           "MODEL.WEIGHTS", weights or "", "DATASETS.ROOT", data_root,
-                                           "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
+    cfg.merge_from_list([*overrides, "MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False, "MODEL.WEIGHTS", weights or "",
+                         "DATASETS.ROOT", data_root, "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
     cfg.freeze()
     return cfg
 
@@ -116,8 +112,7 @@ def bench_model(name: str, weights: str, args) -> dict:
             quant = {"path": quantize_onnx(fp32.path, os.path.join(out, "model_int8.onnx"), "int8", reader)}
         else:
             quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
-                                        calibration_size=args.calibration_size, max_map_drop=float("inf"),
-                                        speed_seconds=0.5)
+                                        calibration_size=args.calibration_size, max_map_drop=float("inf"), speed_seconds=0.5)
     what = "int8 quantization" if args.no_map else "int8 quantization + fp32/int8 evaluation"
     print(f"[{name}] {what}: {watch.wall:.0f} s", flush=True)
     contract = read_contract(results["onnx"]["path"])
@@ -133,8 +128,7 @@ def bench_model(name: str, weights: str, args) -> dict:
                              for batch, images in batches.items()}
         row = rows[backend]
         print(f"[{name}] {LABELS[backend]}: {row['b1']:.1f} img/s at batch 1, {row['b32']:.1f} at batch 32", flush=True)
-    models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None),
-              "int8": (onnx_int8, None)}
+    models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None), "int8": (onnx_int8, None)}
     for backend in ([] if args.no_map else args.map_for):
         if backend in ("onnx", "int8"):
             rows[backend]["mAP"] = quant["fp32_map" if backend == "onnx" else "int8_map"]

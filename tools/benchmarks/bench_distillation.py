@@ -6,9 +6,6 @@ Three runs of the real command line (`tools/train_net.py`) on the same data, see
 2. the student alone (the student config as it is);
 3. the student as a `Distiller`: the frozen teacher's logits through `loss_jsdiv` (KD.MODEL_CONFIG / KD.MODEL_WEIGHTS).
 It prints the test metrics of the three, the gain (3 minus 2) and the wall time of each run.
-
-    python tools/benchmarks/bench_distillation.py --teacher-weights output/r50/model_final.pth \
-        --teacher-config output/r50/config.yaml
 """
 import argparse
 import os
@@ -32,15 +29,13 @@ def final_metrics(output_dir: str) -> Dict[str, float]:
 
 
 def run_job(name: str, config: str, overrides: List[str], output: str, reuse: bool = False) -> Dict[str, float]:
-    """Run `tools/train_net.py` for one job (its console goes to OUTPUT_DIR/log.txt); returns its final
-    metrics plus "seconds" (with `reuse`, those of a finished run of that name). Exits with the job's code
-    when it fails."""
+    """Run `tools/train_net.py` for one job (console to OUTPUT_DIR/log.txt); its final metrics and "seconds"
+    (with `reuse`, a finished run's metrics). Exits with the job's code when it fails."""
     out = os.path.join(output, name)
     if reuse and os.path.exists(os.path.join(out, "model_final.pth")):
         print(f"{name}: reusing {out}", flush=True)
         return {**final_metrics(out), "seconds": float("nan")}
-    cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config,
-           "OUTPUT_DIR", out, *overrides]
+    cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config, "OUTPUT_DIR", out, *overrides]
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
     with Stopwatch() as watch:
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -56,9 +51,9 @@ def run_job(name: str, config: str, overrides: List[str], output: str, reuse: bo
 
 def print_runs(title: str, labels: Dict[str, str], results: Dict[str, Dict[str, float]]) -> None:
     """The test metrics and the wall minutes of each run, as a markdown table."""
-    print_table((title, *METRICS, "wall (min)"), ((labels[key], *(f"{row.get(m, float('nan')):.1f}" for m in METRICS),
-                                                   f"{row['seconds'] / 60:.1f}") for key, row in results.items()),
-                "l" + "r" * (len(METRICS) + 1))
+    rows = ((labels[key], *(f"{row.get(m, float('nan')):.1f}" for m in METRICS), f"{row['seconds'] / 60:.1f}")
+            for key, row in results.items())
+    print_table((title, *METRICS, "wall (min)"), rows, "l" + "r" * (len(METRICS) + 1))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -97,8 +92,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     print_runs("model", {"teacher": "teacher", "student": "student alone", "student_kd": "student + teacher (loss_jsdiv)"},
                results)
     gain = {m: results["student_kd"].get(m, float("nan")) - results["student"].get(m, float("nan")) for m in METRICS}
-    print("\ndistillation gain (student + teacher - student alone): "
-          + ", ".join(f"{m} {v:+.1f}" for m, v in gain.items()))
+    print("\ndistillation gain (student + teacher - student alone): " + ", ".join(f"{m} {v:+.1f}" for m, v in gain.items()))
     print_command(__file__, argv)
 
 

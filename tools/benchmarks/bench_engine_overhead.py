@@ -55,8 +55,7 @@ class SmallConvNet(nn.Module):
     def forward(self, batch):
         features = self.backbone(batch["images"].float() / 255.0).mean(dim=(2, 3))
         logits = self.classifier(features)
-        return {"loss_cls": F.cross_entropy(logits, batch["targets"]),
-                "loss_reg": 1e-3 * features.pow(2).mean()}
+        return {"loss_cls": F.cross_entropy(logits, batch["targets"]), "loss_reg": 1e-3 * features.pow(2).mean()}
 
 
 def random_batches(count: int, batch_size: int = 64):
@@ -180,8 +179,8 @@ def main() -> None:
           f"({1000 * step_time / timed_iters:.1f} ms / it)  on hooks: {timer.hook_time:.3f} s")
     for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<22s} {seconds:8.3f} s  ({1000 * seconds / args.iters:.2f} ms / it)")
-    verdict = "OK" if percent < TARGET_PERCENT else "ABOVE TARGET"
-    print(f"on hooks: {percent:.2f} % of total training time (target < {TARGET_PERCENT:.0f} %): {verdict}")
+    print(f"on hooks: {percent:.2f} % of total training time (target < {TARGET_PERCENT:.0f} %): "
+          f"{'OK' if percent < TARGET_PERCENT else 'ABOVE TARGET'}")
 
 
 if __name__ == "__main__":

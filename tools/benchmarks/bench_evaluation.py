@@ -88,8 +88,8 @@ def case_market(args):
     t_feat, _ = best(lambda: evaluate_rank_from_features(qf, gf, qp, gp, qc, gc), repeat=2)
     return {"metrics_from_distmat_s": t_dist, "metrics_from_distmat_cpu_s": watch.cpu,
             "metrics_from_distmat_1_thread_s": t_dist_1, "distance_only_s": t_floor, "features_to_metrics_s": t_feat,
-            "ratio_features_to_metrics_over_distance": t_feat / t_floor,
-            "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp, "peak_rss_mb": peak_rss_mb()}
+            "ratio_features_to_metrics_over_distance": t_feat / t_floor, "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def case_msmt(args):
@@ -100,24 +100,20 @@ def case_msmt(args):
 
     t_feat, (cmc, m_ap, m_inp) = best(lambda: chunked_metrics(iter_distance_chunks(qf, gf, "cosine"), qp, gp, qc, gc))
     return {"distance_only_s": t_floor, "features_to_metrics_s": t_feat,
-            "ratio_features_to_metrics_over_distance": t_feat / t_floor,
-            "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
-            "rss_after_features_mb": rss_features, "peak_rss_distance_only_mb": rss_floor,
-            "peak_rss_mb": peak_rss_mb()}
+            "ratio_features_to_metrics_over_distance": t_feat / t_floor, "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
+            "rss_after_features_mb": rss_features, "peak_rss_distance_only_mb": rss_floor, "peak_rss_mb": peak_rss_mb()}
 
 
 def case_rerank(args):
     qf, gf, qp, gp, qc, gc = make_split(*SIZES["rerank"], args.dim, args.noise)
     rss_features = peak_rss_mb()
 
-    t_rerank, (cmc, m_ap, m_inp) = best(lambda: chunked_metrics(iter_rerank_chunks(qf, gf, 20, 6, 0.3, "cosine"),
-                                                                qp, gp, qc, gc))
+    t_rerank, (cmc, m_ap, m_inp) = best(lambda: chunked_metrics(iter_rerank_chunks(qf, gf, 20, 6, 0.3, "cosine"), qp, gp, qc, gc))
     base = evaluate_rank_from_features(qf, gf, qp, gp, qc, gc)
     n = qf.shape[0] + gf.shape[0]
     return {"pool": n, "rerank_and_metrics_s": t_rerank, "rank1": float(cmc[0]), "mAP": m_ap,
-            "rank1_without_rerank": float(base[0][0]), "mAP_without_rerank": base[1],
-            "rss_after_features_mb": rss_features, "peak_rss_mb": peak_rss_mb(),
-            "one_dense_NxN_float32_mb": n * n * 4 / 2 ** 20}
+            "rank1_without_rerank": float(base[0][0]), "mAP_without_rerank": base[1], "rss_after_features_mb": rss_features,
+            "peak_rss_mb": peak_rss_mb(), "one_dense_NxN_float32_mb": n * n * 4 / 2 ** 20}
 
 
 CASES = {"market": case_market, "msmt": case_msmt, "rerank": case_rerank}
@@ -136,8 +132,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, feature dim {args.dim}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for case in args.cases:
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--dim", str(args.dim),
-               "--noise", str(args.noise)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--dim", str(args.dim), "--noise", str(args.noise)]
         q, g, ids, cams = SIZES[case]
         print(f"\n== {case}: {q} queries x {g} gallery, {ids} ids, {cams} cameras", flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,13 +1,11 @@
 #!/usr/bin/env python
 """Benchmark of the gallery index (reid-index): build time, memory, query latency, QPS and recall@10.
 
-The galleries imitate a trained ReID model's features on SyntheticReID. The statistics come from
-real features: a reid-extract file of a test split (--features), a checkpoint embedding
-SyntheticReID's test split (--checkpoint, --config-file), or else a tiny ResNet-18 trained here
-(into --work-dir). In the top --dim principal directions the script takes the distribution of
-identity centres, the pooled within-identity covariance, each identity's relative spread and the
-images per identity; a gallery of N draws new identities and images from that, L2-normalized.
-Queries are held-out images of gallery identities.
+The galleries imitate a trained model's features: from real ones (a reid-extract file, --features; a
+checkpoint embedding SyntheticReID's test split, --checkpoint; else a tiny ResNet-18 trained into
+--work-dir), in the top --dim principal directions, the distribution of identity centres, the pooled
+within-identity covariance, each identity's relative spread and its image count; a gallery of N draws
+new identities and images from that. Queries are held-out images of gallery identities.
 
 For each size it builds the exact index (faiss flat) and what `reid-index build` picks (IVF-Flat
 tuned to --recall-target; HNSW too up to --hnsw-max; Milvus Lite up to --milvus-max) through the
@@ -48,19 +46,18 @@ def real_features(args) -> tuple:
         checkpoint = os.path.join(args.work_dir, "train", "model_final.pth")
         if not os.path.isfile(checkpoint):
             print(f"training a tiny ResNet-18 for {args.train_epochs} epochs on SyntheticReID into {args.work_dir}")
-            subprocess.run([sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config]
-                           + overrides + ["OUTPUT_DIR", os.path.join(args.work_dir, "train"), "SOLVER.MAX_EPOCH",
-                                          str(args.train_epochs), "SOLVER.STEPS", "[1,2]", "SOLVER.WARMUP_ITERS", "20",
-                                          "TEST.EVAL_PERIOD", "100", "SOLVER.CHECKPOINT_PERIOD", "100"], check=True)
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config] + overrides
+                           + ["OUTPUT_DIR", os.path.join(args.work_dir, "train"), "SOLVER.MAX_EPOCH", str(args.train_epochs),
+                              "SOLVER.STEPS", "[1,2]", "SOLVER.WARMUP_ITERS", "20", "TEST.EVAL_PERIOD", "100",
+                              "SOLVER.CHECKPOINT_PERIOD", "100"], check=True)
     cached = os.path.join(args.work_dir, "test_features.npz")
     if not os.path.isfile(cached):
         for split in ("query", "gallery"):
-            subprocess.run([sys.executable, os.path.join(REPO, "tools", "extract_features.py"), "--config-file",
-                            config, "--split", split, "--output", cached + f".{split}.npz"] + overrides
-                           + ["MODEL.WEIGHTS", checkpoint], check=True)
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "extract_features.py"), "--config-file", config,
+                            "--split", split, "--output", cached + f".{split}.npz", *overrides, "MODEL.WEIGHTS", checkpoint],
+                           check=True)
         q, g = load_features(cached + ".query.npz"), load_features(cached + ".gallery.npz")
-        np.savez(cached, features=np.concatenate([q["features"], g["features"]]),
-                 pids=np.concatenate([q["pids"], g["pids"]]))
+        np.savez(cached, features=np.concatenate([q["features"], g["features"]]), pids=np.concatenate([q["pids"], g["pids"]]))
     with np.load(cached) as data:
         return data["features"], data["pids"]
 
@@ -140,10 +137,6 @@ def index_bytes(plan, size: int, dim: int) -> int:
     return vectors
 
 
-def padded_ids(result, k: int = 10) -> np.ndarray:
-    return np.array([np.pad(ids, (0, k - len(ids)), constant_values=-1) for ids in result.ids])
-
-
 def measure(kind: str, backend: str, features, pids, queries, contract, args, exact_ids=None) -> dict:
     """Build one index and measure it (exact_ids: the exact top-10 for recall)."""
     folder = tempfile.mkdtemp(prefix="bench_gallery_")
@@ -158,12 +151,12 @@ def measure(kind: str, backend: str, features, pids, queries, contract, args, ex
     repeats1 = args.exact_repeats if kind == "flat" else args.repeats
     p50, p99, qps1 = latency(index, queries, 1, repeats1)
     b50, b99, qps64 = latency(index, queries, 64, max(3, repeats1 // 20))
-    found = padded_ids(index.search(queries[:args.recall_queries], 10))
+    found = np.array([np.pad(ids, (0, 10 - len(ids)), constant_values=-1)  # the top 10, -1 where fewer came back
+                      for ids in index.search(queries[:args.recall_queries], 10).ids])
     row = {"size": len(features), "backend": backend, "kind": kind, "build_s": build.wall,
-           "index_gb": index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9,
-           "peak_rss_gb": peak_rss_gb(), "rss_growth_gb": peak_rss_gb() - rss_before, "p50_ms": p50, "p99_ms": p99,
-           "batch64_p50_ms_per_query": b50 / 64, "batch64_p99_ms_per_query": b99 / 64, "qps_batch1": qps1,
-           "qps_batch64": qps64, "plan": index.manifest.plan.to_dict(),
+           "index_gb": index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9, "peak_rss_gb": peak_rss_gb(),
+           "rss_growth_gb": peak_rss_gb() - rss_before, "p50_ms": p50, "p99_ms": p99, "batch64_p50_ms_per_query": b50 / 64,
+           "batch64_p99_ms_per_query": b99 / 64, "qps_batch1": qps1, "qps_batch64": qps64, "plan": index.manifest.plan.to_dict(),
            "recall@10": 1.0 if exact_ids is None else recall_at_k(found, exact_ids)}
     if backend == "milvus":
         index.client.drop_collection(index.collection)
@@ -203,9 +196,8 @@ def print_rows(rows) -> None:
         params = {"ivf": f"nlist {plan.get('nlist')}, nprobe {plan.get('search_param')}",
                   "hnsw": f"M {plan.get('hnsw_m')}, efSearch {plan.get('search_param')}"}.get(r["kind"], "")
         return (f"{r['size']:,}" + (" (extrapolated)" if r.get("extrapolated") else ""), r["backend"], r["kind"],
-                f"{r['build_s']:.1f}", f"{r['index_gb']:.2f}", f"{r.get('peak_rss_gb', float('nan')):.2f}",
-                f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['batch64_p50_ms_per_query']:.3f}",
-                f"{r['qps_batch1']:.0f}", f"{r['qps_batch64']:.0f}",
+                f"{r['build_s']:.1f}", f"{r['index_gb']:.2f}", f"{r.get('peak_rss_gb', float('nan')):.2f}", f"{r['p50_ms']:.2f}",
+                f"{r['p99_ms']:.2f}", f"{r['batch64_p50_ms_per_query']:.3f}", f"{r['qps_batch1']:.0f}", f"{r['qps_batch64']:.0f}",
                 f"{r['qps_batch1'] / ref['qps_batch1']:.1f}" if ref else "-",
                 f"{r['qps_batch64'] / ref['qps_batch64']:.1f}" if ref else "-",
                 "-" if r["recall@10"] is None else f"{r['recall@10']:.4f}", params)
@@ -215,8 +207,7 @@ def print_rows(rows) -> None:
 
 
 def plot(rows, path: str) -> None:
-    """Queries per second at batch 1 and 64 against gallery size, per back end and index (log-log), measured and
-    extrapolated."""
+    """Queries per second at batch 1 and 64 against gallery size per back end and index, log-log."""
     from matplotlib.figure import Figure  # no pyplot: no GUI back end, no global figure state
 
     fig = Figure(figsize=(11, 4.2))
@@ -295,10 +286,10 @@ def main(argv=None) -> int:
     largest = {(r["kind"], r["backend"]): r for r in rows if r["size"] == max(args.sizes) and not r.get("extrapolated")}
     if ("ivf", "faiss") in largest and ("flat", "faiss") in largest:
         b, e = largest["ivf", "faiss"], largest["flat", "faiss"]
-        print(f"targets at {b['size']:,}: recall@10 {b['recall@10']:.4f} (>= {TARGET_RECALL}: "
-              f"{b['recall@10'] >= TARGET_RECALL}), p50 {b['p50_ms']:.2f} ms (<= {TARGET_P50_MS}: "
-              f"{b['p50_ms'] <= TARGET_P50_MS}), QPS x exact {b['qps_batch1'] / e['qps_batch1']:.1f} at batch 1 and "
-              f"{b['qps_batch64'] / e['qps_batch64']:.1f} at batch 64 (>= {TARGET_SPEEDUP})")
+        print(f"targets at {b['size']:,}: recall@10 {b['recall@10']:.4f} (>= {TARGET_RECALL}: {b['recall@10'] >= TARGET_RECALL}),"
+              f" p50 {b['p50_ms']:.2f} ms (<= {TARGET_P50_MS}: {b['p50_ms'] <= TARGET_P50_MS}), QPS x exact "
+              f"{b['qps_batch1'] / e['qps_batch1']:.1f} at batch 1 and {b['qps_batch64'] / e['qps_batch64']:.1f} at batch 64 "
+              f"(>= {TARGET_SPEEDUP})")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1, default=float)

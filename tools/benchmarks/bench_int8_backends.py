@@ -10,11 +10,7 @@ the median round. Every back end includes flip averaging and L2 normalization: t
 PyTorch eager compare like with like.
 
 Targets (issue 38): OpenVINO int8 at least 2x PyTorch eager at batch 32, mAP drop at most 1.0 point.
-
-Example (the README's figures; train the model first):
-    python tools/train_net.py --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml \
-        SOLVER.MAX_EPOCH 4 OUTPUT_DIR /tmp/ov_model
-    python tools/benchmarks/bench_int8_backends.py --weights /tmp/ov_model/model_final.pth
+The README's figures and their commands (train the model first): docs/benchmarks.md.
 """
 import argparse
 import os
@@ -40,8 +36,7 @@ def export_and_quantize(cfg, model, out: str, calibration_size: int):
     onnx = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
                                calibration_size=calibration_size, max_map_drop=float("inf"), speed_seconds=0.2)
     openvino = quantize_openvino_and_verify(cfg, results["openvino"]["path"], calibration="train",
-                                            calibration_size=calibration_size, max_map_drop=float("inf"),
-                                            speed_seconds=0.2)
+                                            calibration_size=calibration_size, max_map_drop=float("inf"), speed_seconds=0.2)
     paths = {"ort_fp32": results["onnx"]["path"], "ort_int8": onnx["path"],
              "ov_fp32": results["openvino"]["path"], "ov_int8": openvino["path"]}
     maps = {"ort_fp32": onnx["fp32_map"], "ort_int8": onnx["int8_map"],
@@ -60,8 +55,7 @@ def runners(eager, paths, threads: int):
 def interleaved_speeds(runs, images: np.ndarray, rounds: int, calls: int) -> dict:
     """{back end: median images/s over `rounds` rounds}; each round times `calls` calls of every back end,
     in an order rotated each round (two untimed calls first: they allocate and pick kernels)."""
-    samples = interleaved({name: lambda run=run: run(images) for name, run in runs.items()}, rounds, calls,
-                          warmup=2, rotate=True)
+    samples = interleaved({name: lambda run=run: run(images) for name, run in runs.items()}, rounds, calls, warmup=2, rotate=True)
     return {name: calls * len(images) / statistics.median(values) for name, values in samples.items()}
 
 
@@ -105,8 +99,7 @@ def main(argv=None):
         shown = f"{maps[name]:.2f}" if name in maps else "-"
         print(f"{label:<18}{cells} {shown:>7}")
     for prefix, label in (("ov", "OpenVINO"), ("ort", "ONNX Runtime")):
-        ratios = ", ".join(f"{speeds[t][prefix + '_int8'] / speeds[t]['eager']:.2f}x ({t} thread{'s' * (t > 1)})"
-                           for t in speeds)
+        ratios = ", ".join(f"{speeds[t][prefix + '_int8'] / speeds[t]['eager']:.2f}x ({t} thread{'s' * (t > 1)})" for t in speeds)
         print(f"{label} int8 vs PyTorch eager at batch {args.batch}: {ratios}; mAP drop vs fp32: "
               f"{maps[prefix + '_fp32'] - maps[prefix + '_int8']:.2f} points (targets: >= 2x, <= 1.0)")
 

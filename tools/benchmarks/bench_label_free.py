@@ -45,9 +45,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     args = parser.parse_args(argv)
     common = list(args.opts) + ["TEST.EVAL_PERIOD", "0"]  # one evaluation, at the end
     supervised = common + SUPERVISED_OPTS + schedule(args.source_epochs)
-    results = {}
-    results["direct"] = run_job("source", args.supervised, supervised + [
-        "DATASETS.NAMES", f"('{SOURCE}',)", "DATASETS.TESTS", f"('{TARGET}',)"], args.output, args.reuse)
+    results = {"direct": run_job("source", args.supervised, supervised + [
+        "DATASETS.NAMES", f"('{SOURCE}',)", "DATASETS.TESTS", f"('{TARGET}',)"], args.output, args.reuse)}
     weights = os.path.join(args.output, "source", "model_final.pth")
     uda = common + ["MODEL.WEIGHTS", weights] + (["SOLVER.MAX_EPOCH", str(args.uda_epochs)] if args.uda_epochs else [])
     results["uda"] = run_job("uda", args.uda, uda, args.output)

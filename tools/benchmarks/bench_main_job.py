@@ -9,8 +9,6 @@ For each config, on this machine and in the same run:
 - one evaluation: seconds of DefaultTrainer.test on the SyntheticReID test split.
 It projects each whole job, generation + iterations x s/it + evaluations x s/eval (the counts from
 MAX_EPOCH and TEST.EVAL_PERIOD, with the final evaluation), and prints their ratio (new / old).
-
-    python tools/benchmarks/bench_main_job.py --new my_candidate.yml --iters 40 --skip-generation
 """
 import argparse
 import concurrent.futures
@@ -66,8 +64,7 @@ class _TakeTurns(HookBase):
 
 
 def build_trainer(path: str, args, output_dir: str, turn_hook: HookBase):
-    """(trainer, its step-time hook) for the job in `path`: warmup + iters iterations, no
-    final evaluation, taking turns through `turn_hook`."""
+    """(trainer, its step timer) of `path`: warmup + iters iterations, no final evaluation, turns by `turn_hook`."""
     steps = StepTimer()  # after the turn hook: the wait for the turn is outside the timed window
     return TrainOnly(load_config(path, args.data_root, output_dir), args.warmup + args.iters, [turn_hook, steps]), steps
 
@@ -80,8 +77,7 @@ def train_in_turns(trainers) -> None:
 
 
 def measure(trainer, steps, args) -> dict:
-    """s/it (of the timed iterations), s/eval and the iteration and evaluation counts of the
-    job the trainer was built from."""
+    """s/it of the timed iterations, s/eval, and the job's iteration and evaluation counts."""
     cfg = trainer.cfg
     with Stopwatch() as evaluation:
         DefaultTrainer.test(cfg, trainer.model)
@@ -98,8 +94,7 @@ def main(argv=None):
                         help="where SyntheticReID is (generated there on first use)")
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per config")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="the trainers alternate in turns of ceil(iters / rounds) steps")
+    parser.add_argument("--rounds", type=int, default=4, help="the trainers alternate in turns of ceil(iters / rounds) steps")
     parser.add_argument("--skip-generation", action="store_true",
                         help="do not time a fresh generation of SyntheticReID (count it as 0 s)")
     args = parser.parse_args(argv)
@@ -118,11 +113,10 @@ def main(argv=None):
         train_in_turns([trainer for trainer, _ in jobs.values()])
         rows = {label: measure(trainer, steps, args) for label, (trainer, steps) in jobs.items()}
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; SyntheticReID generation {generation:.1f} s")
-    paths = {"old": args.old, "new": args.new}
     totals = {label: generation + r["iters"] * r["s_per_iter"] + r["evals"] * r["s_per_eval"] for label, r in rows.items()}
     print_table(("job", "config", "s/it", "iterations", "s/eval", "evaluations", "projected total (s)"),
-                ((label, os.path.relpath(paths[label], REPO), f"{r['s_per_iter']:.3f}", r["iters"], f"{r['s_per_eval']:.1f}",
-                  r["evals"], f"{totals[label]:.0f}") for label, r in rows.items()), "llrrrrr")
+                ((label, os.path.relpath(getattr(args, label), REPO), f"{r['s_per_iter']:.3f}", r["iters"],
+                  f"{r['s_per_eval']:.1f}", r["evals"], f"{totals[label]:.0f}") for label, r in rows.items()), "llrrrrr")
     print(f"\nprojected compute new / old: {totals['new'] / totals['old']:.2f} "
           f"(target <= 0.50); per iteration {rows['new']['s_per_iter'] / rows['old']['s_per_iter']:.2f}")
     print_command(__file__, argv)

@@ -24,14 +24,12 @@ FLOP_SIZE = (256, 128)
 
 
 def time_training_steps(model, batch, steps: int, warmup: int, amp_dtype=None, verbose: bool = True):
-    """Return the wall times (s) of `steps` SGD training steps after `warmup` untimed ones
-    (autocast to `amp_dtype` on the model's device when given)."""
+    """Wall seconds of `steps` SGD steps after `warmup` ones (autocast to `amp_dtype` when given)."""
     model.train()
     step = train_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), batch, amp_dtype)
 
     def show(index, seconds):
-        print(f"  step {index + 1}/{warmup + steps} ({'warmup' if index < warmup else 'timed'}): {seconds:.3f}s",
-              flush=True)
+        print(f"  step {index + 1}/{warmup + steps} ({'warmup' if index < warmup else 'timed'}): {seconds:.3f}s", flush=True)
     return timed(step, steps, warmup, model.device, each=show if verbose else None)[0]
 
 

@@ -7,10 +7,7 @@ For each backbone (MODEL.BACKBONE.NAME + DEPTH), the BoT model (BNNeck, CE + har
 - CPU img/s of inference (eval, no grad) and of SGD training steps, batches of 32 (8 ids x 4);
 - with --device cuda, the same on the GPU under AMP (--amp-dtype).
 Medians over the timed iterations after the warm-up; rows outside --timed get params and GFLOPs.
-
-Examples:
-    python tools/benchmarks/bench_model_zoo.py --write docs/MODEL_ZOO.md
-    python tools/benchmarks/bench_model_zoo.py --only osnet --timed all --device cuda --amp-dtype bfloat16
+``--write docs/MODEL_ZOO.md`` writes the table with how it was made.
 """
 import argparse
 import datetime
@@ -107,8 +104,7 @@ COLUMNS = [("params", "params (M)", "{:.2f}"), ("gflops", "GFLOPs", "{:.2f}"),
 def markdown_table(rows: dict, gpu: bool) -> str:
     """The results as a markdown table (untimed cells: "-")."""
     columns = [c for c in COLUMNS if gpu or not c[0].startswith("gpu")]
-    lines = ["| backbone (NAME-DEPTH) | " + " | ".join(title for _, title, _ in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
+    lines = ["| backbone (NAME-DEPTH) | " + " | ".join(title for _, title, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
     for name, row in rows.items():
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -174,8 +170,7 @@ def main(argv=None):
             timed_row = timed_all or name in args.timed
             with Stopwatch() as watch:
                 rows[name] = measure(builder, depth, args, timed_row)
-            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name].items())
-                  + f" ({watch.wall:.0f}s)", flush=True)
+            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name].items()) + f" ({watch.wall:.0f}s)", flush=True)
     table = markdown_table(rows, args.device == "cuda")
     print(f"\n{table}")
     if args.write:

@@ -20,6 +20,7 @@ fast-reid is never a dependency: build its evaluator in a scratch environment wi
 To time another version of this package, put it first on PYTHONPATH (the timed module's path is printed).
 """
 import argparse
+import contextlib
 import importlib.util
 import os
 import platform
@@ -54,14 +55,10 @@ def fastreid_metrics(rank_cy, dist, qp, gp, qc, gc, max_rank=50):
 
 def cpu_name() -> str:
     """The CPU model from /proc/cpuinfo (platform.processor() is often empty)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    fallback = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), fallback)
+    return fallback
 
 
 def main():
@@ -86,10 +83,8 @@ def main():
     print(f"distance matrix {dist.shape[0]} x {dist.shape[1]} {dist.dtype}, {ids} ids, {cams} cameras; "
           f"{args.rounds} interleaved rounds, {args.load} busy process(es) at nice {args.load_nice}")
 
-    runs = {
-        "ours": lambda: evaluate_rank(dist, qp, gp, qc, gc, max_rank=50),
-        "fast-reid Cython": lambda: fastreid_metrics(rank_cy, dist, qp, gp, qc, gc),
-    }
+    runs = {"ours": lambda: evaluate_rank(dist, qp, gp, qc, gc, max_rank=50),
+            "fast-reid Cython": lambda: fastreid_metrics(rank_cy, dist, qp, gp, qc, gc)}
     results = {name: fn() for name, fn in runs.items()}  # warm-up, and the metrics compared below
     with busy_processes(args.load, args.load_nice):
         time.sleep(1.0 if args.load else 0.0)  # let them reach the scheduler's steady state
@@ -97,8 +92,7 @@ def main():
         load_seen = os.getloadavg()[0]
 
     for name, values in times.items():
-        print(f"  {name:17s} median {statistics.median(values):.3f} s   "
-              f"[{', '.join(f'{v:.3f}' for v in values)}]")
+        print(f"  {name:17s} median {statistics.median(values):.3f} s   [{', '.join(f'{v:.3f}' for v in values)}]")
     ratio = statistics.median(times["fast-reid Cython"]) / statistics.median(times["ours"])
     print(f"  speed-up (Cython median / ours median): {ratio:.2f}x   (load average at the end {load_seen:.2f})")
     ours, theirs = results["ours"], results["fast-reid Cython"]

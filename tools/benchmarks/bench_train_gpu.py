@@ -13,11 +13,8 @@ default), +compile:MODE (any MODEL.COMPILE mode: reduce-overhead = CUDA graphs, 
 fallback with its reason. Throughput is one window of --iters iterations after --warmup (which
 must cover compilation, and auto's 12 guarded first steps), synchronised at its two ends only.
 
-Examples:
     python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile:reduce-overhead \
         bf16+cl+compile:max-autotune bf16+cl+auto --iters 200 --warmup 40
-    python tools/benchmarks/bench_train_gpu.py --device cpu --depth 18x --size 64 32 --batch 16 \
-        --iters 4 --warmup 1 --variants fp32 bf16       # a smoke run on a CPU
 """
 import argparse
 import os

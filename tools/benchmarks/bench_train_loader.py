@@ -13,9 +13,8 @@ uses the BoT input recipe at 256x128; ``--config`` takes a config file's inputs 
    setting (the batched placement includes the batch ops, as the trainer runs them; the cache fills
    when the loader is built, before the timed batches: its fill time is printed apart).
 
-Images per second against wall time and against the decoding processes' CPU time: on a shared
-machine the first reflects the others' load, the second the pipeline's cost. The target is at
-least 1,000 images/s per worker process.
+Images per second against wall time (the machine's load) and against the decoding processes' CPU
+time (the pipeline's cost). The target is at least 1,000 images/s per worker process.
 """
 
 import argparse
@@ -65,8 +64,7 @@ def bot_config(root: str):
 
 
 def with_placement(cfg, workers: int, batched: bool, device: str = "cpu", cache: str = "off"):
-    """A copy of ``cfg`` with ``workers`` loader workers, the three ops per image or batched, and
-    DATALOADER.CACHE_IMAGES ``cache``."""
+    """A copy of ``cfg``: ``workers`` loader workers, the three ops per image or batched, CACHE_IMAGES ``cache``."""
     cfg = cfg.clone()
     cfg.defrost()
     cfg.merge_from_list(["DATALOADER.NUM_WORKERS", workers, "DATALOADER.CACHE_IMAGES", cache,
@@ -81,8 +79,7 @@ def _train_paths(cfg, count: int) -> List[str]:
 
 
 def _rate(fn, count: int, step: int = 1):
-    """(images/s wall, images/s CPU) of calling ``fn(i)`` for i in range(0, count, step), each
-    call handling ``step`` images."""
+    """(images/s wall, images/s CPU) of ``fn(i)`` for i in range(0, count, step), ``step`` images a call."""
     with Stopwatch() as watch:
         for i in range(0, count, step):
             fn(i)
@@ -90,8 +87,7 @@ def _rate(fn, count: int, step: int = 1):
 
 
 def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, tuple]:
-    """Time read_image and each transform stage in this process, per image and batched, in
-    ``rounds`` interleaved rounds; return ``{stage: (median images/s wall, images/s CPU)}``."""
+    """``{stage: (median images/s wall, images/s CPU)}`` of read_image and the transforms here, in rounds."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a loader worker
     per_image = build_transforms(with_placement(cfg, 0, False), is_train=True)
@@ -138,8 +134,7 @@ def _children_cpu_seconds() -> float:
 
 
 def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
-    """Iterate ``batches`` batches after a warm-up, applying the batch ops as the trainer does
-    (when the config moves them); return throughput figures."""
+    """Throughput of ``batches`` batches after a warm-up, the batch ops applied as the trainer does."""
     with Stopwatch() as build:
         loader = build_reid_train_loader(cfg)
     workers = cfg.DATALOADER.NUM_WORKERS
@@ -158,8 +153,7 @@ def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
             images += len(batch["targets"])
     decode_cpu = (_children_cpu_seconds() - child_cpu) if workers else watch.cpu
     loader.close()
-    return {"images/s": images / watch.wall,
-            "images/s per worker": images / watch.wall / max(workers, 1),
+    return {"images/s": images / watch.wall, "images/s per worker": images / watch.wall / max(workers, 1),
             "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan"),
             "batch ops ms/batch": 1000 * augment_seconds / batches, "build s": build.wall}
 
@@ -198,8 +192,7 @@ def main(argv: List[str] = None) -> None:
             recipe = "BoT: resize 256x128 bicubic"
         moved = ", ".join(name for name, on in (("pad-crop", cfg.INPUT.PADDING.ENABLED), ("flip", cfg.INPUT.FLIP.ENABLED),
                                                 ("erasing", cfg.INPUT.REA.ENABLED)) if on)
-        print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, "
-              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}")
         print(f"\nper-sample pipeline in one process ({recipe}; batched: {moved} on {args.device})")
         for name, (wall, cpu) in bench_pipeline(cfg, min(args.images, 1000), args.device, args.rounds).items():
             print(f"  {name:36s} {wall:8.0f} images/s wall   {cpu:8.0f} images/CPU-s")

@@ -35,14 +35,8 @@ def synchronize(device: Optional[torch.device] = None) -> None:
 
 def timed(fn: Callable[[], Any], repeats: int = 1, warmup: int = 0, device: Optional[torch.device] = None,
           each: Optional[Callable[[int, float], None]] = None) -> Tuple[List[float], Any]:
-    """Time `repeats` calls of `fn` after `warmup` untimed ones.
-
-    Args:
-        device: a CUDA device is synchronised before and after each call.
-        each: called with (call index, seconds) after every call, warm-up ones included (progress).
-    Returns:
-        (the seconds of each timed call, the last call's result).
-    """
+    """Time `repeats` calls of `fn` after `warmup` untimed ones, a CUDA `device` synchronised around each;
+    `each(index, seconds)` after every call (progress). Returns (seconds of each timed call, last result)."""
     times, result = [], None
     for index in range(warmup + repeats):
         synchronize(device)
@@ -58,12 +52,8 @@ def timed(fn: Callable[[], Any], repeats: int = 1, warmup: int = 0, device: Opti
 
 
 def in_rounds(fns: Dict[Any, Callable[[], Any]], count: int, rotate: bool = False) -> Dict[Any, List[Any]]:
-    """What each function returns, round after round: {name: [its result in each round]}.
-
-    Each round calls every function once, so that a slower moment of a shared machine hits all
-    of them alike; with `rotate` the order shifts by one each round (the first place of a round
-    is then no function's for good).
-    """
+    """What each function returns, round after round: {name: [its result in each round]}. A round calls every
+    function once, so that a slower moment hits all alike; `rotate` shifts the order by one each round."""
     names, results = list(fns), {name: [] for name in fns}
     for index in range(count):
         shift = index % len(names) if rotate else 0
@@ -110,14 +100,9 @@ class Stopwatch:
 
 
 class StepTimer(HookBase):
-    """Times a trainer's loop with `clock` (wall seconds by default).
-
-    - ``steps``: each step, before_step to after_step;
-    - ``iterations``: each loop iteration, from one before_step to the next (every hook
-      included), less the time spent inside :meth:`excluded` blocks;
-    - ``window`` and ``peak_gb``: from iteration `start` to the end of training, with one device
-      synchronisation at each end (never per step), and the CUDA memory peak in that window.
-    """
+    """Times a trainer's loop with `clock` (wall seconds by default): ``steps``, each step; ``iterations``,
+    before_step to before_step (hooks included) less :meth:`excluded` blocks; ``window`` and ``peak_gb``,
+    iteration `start` to the end, synchronised at both ends only, and the CUDA memory peak in it."""
 
     def __init__(self, start: int = 0, device: Optional[torch.device] = None, clock: Callable[[], float] = time.perf_counter):
         self.start, self.device, self.clock = start, torch.device(device or "cpu"), clock

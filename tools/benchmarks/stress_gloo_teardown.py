@@ -101,8 +101,7 @@ def _worker_launch_before(local_rank: int, dist_url: str, log_dir: str, starve: 
 def _worker_after(local_rank: int, dist_url: str, log_dir: str, starve: bool) -> None:
     """`launch`'s worker as it is now."""
     _capture_stderr(log_dir, local_rank)
-    launch_module._distributed_worker(local_rank, _job, WORLD, WORLD, 0, "gloo", dist_url, (starve,),
-                                      _TIMEOUT, 120.0, None)
+    launch_module._distributed_worker(local_rank, _job, WORLD, WORLD, 0, "gloo", dist_url, (starve,), _TIMEOUT, 120.0, None)
 
 
 _WORKERS = {"test-before": _worker_test_before, "launch-before": _worker_launch_before, "after": _worker_after}
@@ -174,8 +173,7 @@ def stress(mode: str, runs: int, parallel: int, starve: bool, run_timeout: float
                 shown += 1
                 print(f"[{mode}] run {counts['runs']}: exit codes {codes}\n{run.stderr_tails()}", flush=True)
             if counts["runs"] % 25 == 0:
-                print(f"[{mode}] {counts['runs']}/{runs} runs, {counts['aborts']} aborts, {counts['failed']} failed",
-                      flush=True)
+                print(f"[{mode}] {counts['runs']}/{runs} runs, {counts['aborts']} aborts, {counts['failed']} failed", flush=True)
     return counts
 
 
