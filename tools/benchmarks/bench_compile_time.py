@@ -14,7 +14,6 @@ by family, scope by scope. E.g. ``--backend aot_eager --no-warm`` (the front hal
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -86,12 +85,9 @@ def main(argv=None) -> int:
         for family in args.families:
             config, overrides = FAMILIES[family].config, FAMILIES[family].extra
             for scope in args.scopes:
-                cache = tempfile.mkdtemp(prefix="inductor-cache-")
-                try:
+                with tempfile.TemporaryDirectory(prefix="inductor-cache-", ignore_cleanup_errors=True) as cache:
                     cold = measure(config, scope, overrides, args, cache)
                     warm = {} if args.no_warm or "error" in cold else measure(config, scope, overrides, args, cache)
-                finally:
-                    shutil.rmtree(cache, ignore_errors=True)
                 rows.setdefault((family, scope), []).append((cold, warm))
                 print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s  warm "
                       f"{warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}  {cold.get('error', '')}",

@@ -130,11 +130,10 @@ def bench_model(name: str, weights: str, args) -> dict:
         print(f"[{name}] {LABELS[backend]}: {row['b1']:.1f} img/s at batch 1, {row['b32']:.1f} at batch 32", flush=True)
     models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None), "int8": (onnx_int8, None)}
     for backend in ([] if args.no_map else args.map_for):
-        if backend in ("onnx", "int8"):
+        if backend in ("onnx", "int8"):  # evaluated by quantize_and_verify
             rows[backend]["mAP"] = quant["fp32_map" if backend == "onnx" else "int8_map"]
-            continue
-        metrics = evaluate_on_test_set(cfg, models[backend][0], models[backend][1], label=f"Evaluating {backend}")
-        rows[backend]["mAP"] = metrics["mAP"]
+        else:
+            rows[backend]["mAP"] = evaluate_on_test_set(cfg, *models[backend], label=f"Evaluating {backend}")["mAP"]
     return rows
 
 

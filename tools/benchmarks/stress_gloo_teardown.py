@@ -16,6 +16,7 @@ each worker to one CPU and running gloo's threads at SCHED_IDLE for the all-gath
 teardown. Each worker's stderr goes to a file (faulthandler on); the first failures are printed.
 """
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import os
@@ -133,11 +134,9 @@ class _Run:
 
     def stderr(self, rank: int) -> str:
         """What worker `rank` wrote to its stderr ("" if it died before opening the file)."""
-        try:
-            with open(os.path.join(self.log_dir, f"rank{rank}.err"), errors="replace") as f:
-                return f.read().strip()
-        except FileNotFoundError:
-            return ""
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(self.log_dir, f"rank{rank}.err"), errors="replace") as f:
+            return f.read().strip()
+        return ""
 
     def aborted(self, codes: List[Optional[int]]) -> bool:
         """Whether a worker died of SIGABRT, or of another signal after std::terminate (faulthandler's
