@@ -1,30 +1,23 @@
 #!/usr/bin/env python
 """Benchmark of pseudo-label clustering at MSMT17 size: the Jaccard graph, DBSCAN, time and peak memory.
 
-The pool is MSMT17's training set as label-free training sees it: 32,621 features of
-2,048 dimensions from 1,041 identities (~31 images each, a varying number), each feature
-an identity centre plus a camera style offset plus noise, L2-normalised. It runs
-``jaccard_distance_graph`` (k1 30, k2 6) and ``dbscan_pseudo_labels`` (eps 0.6,
-min_samples 4) with cluster contrast's settings, and prints:
+The pool is MSMT17's training set as label-free training sees it: 32,621 L2-normalised features
+of 2,048 dimensions from 1,041 identities (~31 images each, a varying number), each an identity
+centre plus a camera style offset plus noise. It runs ``jaccard_distance_graph`` and
+``dbscan_pseudo_labels`` with cluster contrast's settings (PSEUDO's defaults) and prints:
 
-- the time of the graph, of DBSCAN and the total: wall clock (``time.perf_counter``) and
-  the CPU seconds of the process (``time.process_time``, all threads; on a shared, loaded
-  machine the wall clock grows with the load, the CPU seconds much less);
-- peak memory: the process's peak resident set (``resource.getrusage(...).ru_maxrss``)
-  before the clustering (the features alone) and after it, and their difference, the
-  clustering's own peak above the features (an upper bound of its working memory);
+- the time of the graph, of DBSCAN and the total, wall and CPU seconds (all threads);
+- the peak resident set with the features alone and after the clustering (the difference bounds
+  the clustering's working memory);
 - the graph's size and the pseudo-label quality against the true identities.
 
 Targets (issue 26): at most 60 s and at most 4 GB peak on a 2-core CPU.
-
-Usage: python tools/benchmarks/bench_clustering.py [--num 32621] [--ids 1041] [--dim 2048] [--threads 2]
 """
 import argparse
-import resource
 
 import numpy as np
 import torch
-from harness import Stopwatch
+from harness import Stopwatch, peak_rss_gb
 
 from reid_engine.clustering import dbscan_max_distance, dbscan_pseudo_labels, jaccard_distance_graph, pseudo_label_quality
 from reid_engine.config import get_cfg
@@ -32,19 +25,10 @@ from reid_engine.config import get_cfg
 TARGET_SECONDS, TARGET_GB = 60.0, 4.0
 
 
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process so far, in GB (ru_maxrss is in KB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-
-
 def make_pool(num: int, ids: int, dim: int, cams: int, noise: float, cam_style: float, pose: float, seed: int = 0):
-    """Clustered features, L2-normalised, filled in blocks.
-
-    A feature is its identity's centre (identities in groups of ~20 that share half of their
-    centre: people dressed alike), plus its camera's style offset, plus a pose offset from a
-    32-dimensional subspace shared by everyone (what makes different people look alike),
-    plus isotropic noise.
-    """
+    """Clustered features, L2-normalised, filled in blocks: an identity's centre (identities in groups of
+    ~20 sharing half of it: people dressed alike), its camera's style offset, a pose offset from a
+    32-dimensional subspace everyone shares (different people looking alike), and noise."""
     gen = torch.Generator().manual_seed(seed)
     unit = torch.nn.functional.normalize
     sizes = torch.randint(1, 2 * num // ids, (ids,), generator=gen).float()
@@ -88,24 +72,21 @@ def main(argv=None):
 
     with Stopwatch() as graph_time:  # as the pseudo-label hook does: only the pairs DBSCAN can use (within eps)
         graph = jaccard_distance_graph(feats, k1=args.k1, k2=args.k2, max_distance=dbscan_max_distance(args.eps))
-    graph_s, graph_cpu = graph_time.wall, graph_time.cpu
-    print(f"jaccard_distance_graph (k1 {args.k1}, k2 {args.k2}): {graph_s:.1f} s ({graph_cpu:.1f} CPU s), "
+    print(f"jaccard_distance_graph (k1 {args.k1}, k2 {args.k2}): {graph_time.wall:.1f} s ({graph_time.cpu:.1f} CPU s), "
           f"{graph.nnz:,} stored pairs ({graph.nnz / args.num:.0f} per row, "
           f"{(graph.data.nbytes + graph.indices.nbytes) / 1e6:.0f} MB)", flush=True)
     with Stopwatch() as dbscan_time:
         labels = dbscan_pseudo_labels(graph, eps=args.eps, min_samples=args.min_samples)
-    dbscan_s, dbscan_cpu = dbscan_time.wall, dbscan_time.cpu
-    rss_after = peak_rss_gb()
-    total = graph_s + dbscan_s
-    print(f"dbscan_pseudo_labels (eps {args.eps}, min_samples {args.min_samples}): {dbscan_s:.1f} s ({dbscan_cpu:.1f} CPU s)")
+    rss_after, total = peak_rss_gb(), graph_time.wall + dbscan_time.wall
+    print(f"dbscan_pseudo_labels (eps {args.eps}, min_samples {args.min_samples}): {dbscan_time.wall:.1f} s "
+          f"({dbscan_time.cpu:.1f} CPU s)")
 
     quality = pseudo_label_quality(labels, truth)
     print(f"pseudo labels: {int(quality['num_clusters']):,} clusters, {int(quality['num_outliers']):,} outliers; "
           f"NMI {quality['nmi']:.3f}, ARI {quality['ari']:.3f}, pairwise precision {quality['pairwise_precision']:.3f}, "
           f"recall {quality['pairwise_recall']:.3f}")
-    print(f"total: {total:.1f} s, {graph_cpu + dbscan_cpu:.1f} CPU s "
-          f"(target <= {TARGET_SECONDS:.0f} s: {'met' if total <= TARGET_SECONDS else 'NOT met'}, "
-          f"{total / TARGET_SECONDS:.2f}x the target)")
+    print(f"total: {total:.1f} s, {graph_time.cpu + dbscan_time.cpu:.1f} CPU s (target <= {TARGET_SECONDS:.0f} s: "
+          f"{'met' if total <= TARGET_SECONDS else 'NOT met'}, {total / TARGET_SECONDS:.2f}x the target)")
     print(f"peak RSS (ru_maxrss): {rss_after:.2f} GB for the process, {rss_after - rss_before:.2f} GB above the features "
           f"(target <= {TARGET_GB:.0f} GB: {'met' if rss_after <= TARGET_GB else 'NOT met'})")
 

@@ -1,40 +1,26 @@
 #!/usr/bin/env python
 """Benchmark torch.compile's cost per shipped model family: whole model against repeated blocks.
 
-For each family (a shipped config at its real input size) and each MODEL.COMPILE_SCOPE
-(``model``: one graph; ``blocks``: the repeated blocks, what ``auto`` picks), a fresh Python
-process builds the model on the CPU (no ImageNet weights), compiles it with
-MODEL.COMPILE default (inductor, or --backend aot_eager: dynamo and AOTAutograd without
-inductor) into an empty cache folder, and times training steps
-(forward, losses, backward, SGD step) on a small batch. The compile seconds are the first
-compiled step (dynamo, AOTAutograd, inductor lowering, C++ code generation; the backward
-graph compiles in that step too) minus the median steady compiled step. The same process
-is then started again on the now-filled cache: the "warm" figure is what a second run of
-the same recipe pays.
-
-The CPU shows the device-independent part of compilation (dynamo's tracing, AOTAutograd's
-joint graph and partitioning, inductor's lowering and scheduling); on a GPU, Triton kernels
-replace the C++ build. Rounds are interleaved (family by family, scope by scope) so that a
-slower moment of the machine hits both scopes alike.
-
-Examples:
-    python tools/benchmarks/bench_compile_time.py                         # every family, both scopes
-    python tools/benchmarks/bench_compile_time.py --families bagtricks_R50 bagtricks_vit --rounds 2
-    python tools/benchmarks/bench_compile_time.py --backend aot_eager --no-warm   # the front half alone
+For each family (a shipped config at its real input size) and MODEL.COMPILE_SCOPE (``model``: one
+graph; ``blocks``: the repeated blocks, what ``auto`` picks), a fresh process builds the model on
+the CPU, compiles it (MODEL.COMPILE default: inductor, or --backend aot_eager: dynamo and
+AOTAutograd alone) into an empty cache folder and times SGD training steps on a small batch. The
+compile seconds are the first compiled step (the backward graph compiles in it too) minus the
+median steady step; a second process on the filled cache gives the "warm" figure, what a second
+run of the same recipe pays. The CPU shows the device-independent part (tracing, the joint graph,
+lowering and scheduling); on a GPU, Triton kernels replace the C++ build. Rounds take turns family
+by family, scope by scope. E.g. ``--backend aot_eager --no-warm`` (the front half alone).
 """
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
 from families import FAMILIES as ALL_FAMILIES
-from harness import Stopwatch
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import REPO, Stopwatch, print_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: the families its image training step can run: no tracklets, no teacher files to write first
@@ -44,7 +30,7 @@ FAMILIES = {family.name: family for family in ALL_FAMILIES if not family.video a
 _CHILD = r"""
 import json, statistics, sys
 import torch
-from harness import timed
+from harness import random_batch, timed, train_step
 torch.set_num_threads(int(sys.argv[6]))
 from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
@@ -54,22 +40,10 @@ cfg = get_cfg()
 cfg.merge_from_file(config)
 cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", "False", "MODEL.HEADS.NUM_CLASSES", "32",
                      "MODEL.COMPILE", "default", "MODEL.COMPILE_SCOPE", scope, "SOLVER.AMP.ENABLED", "False",
-                     "MODEL.COMPILE_BACKEND", sys.argv[7],
-                     "MODEL.CHANNELS_LAST", "off"] + overrides)
-plan = build_run_plan(cfg, log=False)
-model = build_model(cfg, plan)
-h, w = cfg.INPUT.SIZE_TRAIN
-g = torch.Generator().manual_seed(0)
-data = {"images": torch.randint(0, 256, (batch, 3, h, w), dtype=torch.uint8, generator=g),
-        "targets": torch.arange(batch // 2).repeat_interleave(2), "camids": torch.zeros(batch, dtype=torch.long)}
-opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-model.train()
-def step():
-    losses = model(data)
-    opt.zero_grad(set_to_none=True)
-    sum(losses.values()).backward()
-    opt.step()
-(first, *rest), _ = timed(step, repeats=steps + 1)
+                     "MODEL.COMPILE_BACKEND", sys.argv[7], "MODEL.CHANNELS_LAST", "off"] + overrides)
+model = build_model(cfg, build_run_plan(cfg, log=False)).train()
+data = {**random_batch(batch, 2, *cfg.INPUT.SIZE_TRAIN), "camids": torch.zeros(batch, dtype=torch.long)}
+(first, *rest), _ = timed(train_step(model, torch.optim.SGD(model.parameters(), lr=1e-3), data), repeats=steps + 1)
 steady = statistics.median(rest)
 graphs = len(torch._dynamo.utils.get_compilation_metrics())
 print("RESULT " + json.dumps({"first_s": first, "steady_s": steady, "compile_s": max(0.0, first - steady),
@@ -84,14 +58,11 @@ def measure(config: str, scope: str, overrides, args, cache_dir: str) -> dict:
         proc = subprocess.run([sys.executable, "-c", _CHILD, os.path.join(REPO, config), scope, str(args.batch),
                                str(args.steps), json.dumps(list(overrides)), str(args.threads), args.backend],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=args.timeout)
-    wall = watch.wall
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        return {"error": tail[0][:200], "wall_s": wall}
-    result = json.loads(lines[-1][len("RESULT "):])
-    result["wall_s"] = wall
-    return result
+        return {"error": tail[0][:200], "wall_s": watch.wall}
+    return {**json.loads(lines[-1][len("RESULT "):]), "wall_s": watch.wall}
 
 
 def main(argv=None) -> int:
@@ -114,35 +85,28 @@ def main(argv=None) -> int:
         for family in args.families:
             config, overrides = FAMILIES[family].config, FAMILIES[family].extra
             for scope in args.scopes:
-                cache = tempfile.mkdtemp(prefix="inductor-cache-")
-                try:
+                with tempfile.TemporaryDirectory(prefix="inductor-cache-", ignore_cleanup_errors=True) as cache:
                     cold = measure(config, scope, overrides, args, cache)
                     warm = {} if args.no_warm or "error" in cold else measure(config, scope, overrides, args, cache)
-                finally:
-                    shutil.rmtree(cache, ignore_errors=True)
                 rows.setdefault((family, scope), []).append((cold, warm))
-                print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s"
-                      f"  warm {warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}"
-                      f"  {cold.get('error', '')}", flush=True)
+                print(f"round {round_index + 1} {family:18s} {scope:6s} cold {cold.get('compile_s', float('nan')):7.1f} s  warm "
+                      f"{warm.get('compile_s', float('nan')):6.1f} s  graphs {cold.get('graphs', '-')}  {cold.get('error', '')}",
+                      flush=True)
 
     def median(family, scope, which):
-        values = [pair[which].get("compile_s") for pair in rows.get((family, scope), [])]
-        values = [v for v in values if v is not None]
+        values = [pair[which]["compile_s"] for pair in rows.get((family, scope), []) if "compile_s" in pair[which]]
         return statistics.median(values) if values else None
 
-    print("\n| family | whole model: cold s | blocks: cold s | reduction | whole model: warm s | blocks: warm s |")
-    print("|---|---|---|---|---|---|")
-    out = []
-    for family in args.families:
-        m_cold, b_cold = median(family, "model", 0), median(family, "blocks", 0)
-        m_warm, b_warm = median(family, "model", 1), median(family, "blocks", 1)
-        ratio = f"{m_cold / b_cold:.1f}x" if m_cold and b_cold else "-"
+    def text(value):
+        return "-" if value is None else f"{value:.1f}"
 
-        def text(v):
-            return f"{v:.1f}" if v is not None else "-"
-        print(f"| {family} | {text(m_cold)} | {text(b_cold)} | {ratio} | {text(m_warm)} | {text(b_warm)} |")
-        out.append({"family": family, "model_cold_s": m_cold, "blocks_cold_s": b_cold, "model_warm_s": m_warm,
-                    "blocks_warm_s": b_warm})
+    out = [{"family": family, **{f"{scope}_{which}_s": median(family, scope, index) for scope in ("model", "blocks")
+                                 for index, which in enumerate(("cold", "warm"))}} for family in args.families]
+    print()
+    print_table(("family", "whole model: cold s", "blocks: cold s", "reduction", "whole model: warm s", "blocks: warm s"),
+                ((r["family"], text(r["model_cold_s"]), text(r["blocks_cold_s"]),
+                  f"{r['model_cold_s'] / r['blocks_cold_s']:.1f}x" if r["model_cold_s"] and r["blocks_cold_s"] else "-",
+                  text(r["model_warm_s"]), text(r["blocks_warm_s"])) for r in out))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": out, "args": vars(args)}, f, indent=1)

@@ -1,32 +1,22 @@
 #!/usr/bin/env python
 """Benchmark the CPU bfloat16 weight gradient of convolutions: oneDNN's kernel against one
-matrix product (reid_engine.modeling.layers.cpu_bf16_conv), per layer shape and for a whole
-model's training step.
+matrix product (reid_engine.modeling.layers.cpu_bf16_conv), per layer shape and for a whole step.
 
-1. Per shape (batch, channels in, H x W, channels out, kernel, stride): milliseconds of the
-   weight gradient alone, oneDNN (aten.convolution_backward) against `matmul_weight_grad`, both in
-   bfloat16 and channels_last, their ratio, and whether `uses_matmul_weight_grad` picks the
-   matrix product for that shape.
-2. The model-only training step (forward, backward, Adam) of --config-file's model under
-   bfloat16 autocast, with every convolution on oneDNN against the model as build_model makes it,
-   in alternating rounds (the host's speed drifts), and their ratio.
-It needs a CPU that computes bfloat16 natively (AVX512-BF16 or AMX) for meaningful figures.
-
-Examples:
-    python tools/benchmarks/bench_cpu_bf16_conv.py
-    python tools/benchmarks/bench_cpu_bf16_conv.py --config-file configs/Market1501/bagtricks_R50.yml \
-        --size 256 128 --batch 32 --rounds 4
+1. Per shape (batch, channels in, H x W, channels out, kernel, stride): milliseconds of the weight
+   gradient alone in bfloat16 and channels_last, oneDNN (aten.convolution_backward) against
+   `matmul_weight_grad`, their ratio, and whether `uses_matmul_weight_grad` picks the product.
+2. The model-only training step (forward, backward, Adam) of --config-file's model under bfloat16
+   autocast, every convolution on oneDNN against the model as build_model makes it, interleaved.
+Meaningful on a CPU that computes bfloat16 natively (AVX512-BF16 or AMX).
 """
 import argparse
 import copy
 import os
 import statistics
-import sys
 
 import torch
 import torch.nn.functional as F
-from bench_model import make_batch  # random uint8 images, P x K identities
-from harness import interleaved, timed
+from harness import REPO, interleaved, print_command, print_table, random_batch, timed, train_step
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -40,7 +30,6 @@ from reid_engine.modeling.layers.cpu_bf16_conv import (
 from reid_engine.solver import build_optimizer
 from reid_engine.utils.env import cpu_native_bf16
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN_JOB = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
 # (in, H, W, out, kernel, stride): the main job's layers (half-width ResNet-18 at 96x48, last
 # stride 1) and a ResNet-50's at 256x128
@@ -55,7 +44,7 @@ def milliseconds(fn, repeats: int) -> float:
 
 
 def bench_shape(batch: int, shape, repeats: int) -> tuple:
-    """(oneDNN ms, matrix product ms, picked) of one layer's bfloat16 weight gradient."""
+    """The table row of one layer's bfloat16 weight gradient: shape, oneDNN ms, matrix product ms, ratio, picked."""
     cin, h, w, cout, k, s = shape
     pad = k // 2
     x = torch.randn(batch, cin, h, w, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
@@ -67,7 +56,8 @@ def bench_shape(batch: int, shape, repeats: int) -> tuple:
     matmul = milliseconds(lambda: matmul_weight_grad(grad_out, x, k, s, pad), repeats)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         picked = uses_matmul_weight_grad(conv, x.float())
-    return onednn, matmul, picked
+    return (f"{cin}, {h}x{w}, {cout}, {k}x{k}, {s}", f"{onednn:.2f}", f"{matmul:.2f}", f"{onednn / matmul:.2f}",
+            "yes" if picked else "no")
 
 
 def as_onednn(model: nn.Module) -> nn.Module:
@@ -88,20 +78,11 @@ def bench_model(args) -> tuple:
     torch.manual_seed(0)
     built = convert_to_matmul_grad_convs(DefaultTrainer.build_model(cfg))  # also where bf16 is emulated
     converted = sum(type(m) is MatmulGradConv2d for m in built.modules())
-    models = {"onednn": as_onednn(built), "built": built}
-    optimizers = {name: build_optimizer(cfg, model) for name, model in models.items()}
-    batch = make_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, torch.device("cpu"))
-
-    def step(name):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = sum(models[name](batch).values())
-        optimizers[name].zero_grad(set_to_none=True)
-        loss.backward()
-        optimizers[name].step()
-
-    times = interleaved({name: lambda name=name: step(name) for name in models}, args.rounds, args.steps, args.warmup)
-    return (statistics.median(times["onednn"]) / args.steps, statistics.median(times["built"]) / args.steps,
-            converted)
+    batch = random_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size)
+    steps = {name: train_step(model, build_optimizer(cfg, model), batch, torch.bfloat16)
+             for name, model in (("onednn", as_onednn(built)), ("built", built))}
+    times = interleaved(steps, args.rounds, args.steps, args.warmup)
+    return statistics.median(times["onednn"]) / args.steps, statistics.median(times["built"]) / args.steps, converted
 
 
 def main(argv=None):
@@ -118,18 +99,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; native bfloat16: "
           f"{cpu_native_bf16() or 'no (emulated: the figures say little)'}")
-    print("| layer (in, H x W, out, kernel, stride) | oneDNN ms | matrix product ms | oneDNN / product | used |")
-    print("|---|---:|---:|---:|---|")
-    for shape in SHAPES[:args.shapes]:
-        onednn, matmul, picked = bench_shape(args.batch, shape, args.repeats)
-        cin, h, w, cout, k, s = shape
-        print(f"| {cin}, {h}x{w}, {cout}, {k}x{k}, {s} | {onednn:.2f} | {matmul:.2f} | {onednn / matmul:.2f} | "
-              f"{'yes' if picked else 'no'} |")
+    print_table(("layer (in, H x W, out, kernel, stride)", "oneDNN ms", "matrix product ms", "oneDNN / product", "used"),
+                (bench_shape(args.batch, shape, args.repeats) for shape in SHAPES[:args.shapes]), "lrrrl")
     onednn, built, converted = bench_model(args)
     print(f"\nmodel-only step of {os.path.relpath(args.config_file, REPO)} at {args.size[0]}x{args.size[1]}, "
           f"batch {args.batch}, bfloat16 autocast ({converted} convolutions converted): oneDNN {onednn:.3f} s, "
           f"as built {built:.3f} s, speed-up {onednn / built:.2f}x")
-    print("command: python tools/benchmarks/bench_cpu_bf16_conv.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print_command(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,17 @@
 #!/usr/bin/env python
 """Benchmark what decoding JPEGs at full size costs the test pipeline, against Pillow's draft mode.
 
-The test pipeline (evaluation, reid-extract, int8 calibration and check) decodes every image at
-full size, as a deployed model's client does; Pillow's draft mode (JPEG DCT scaling to 1/2, 1/4
-or 1/8 while decoding) would be faster on images at least twice the input size, but gives other
-pixels than the client's. This script measures that trade on generated pedestrian-like JPEGs
-at 1x, 2x, 4x and 8x the input size (default 256x128):
+The test pipeline (evaluation, reid-extract, int8 calibration) decodes every image at full size, as
+a deployed model's client does; draft mode (JPEG DCT scaling while decoding) is faster on images at
+least twice the input size but gives other pixels. Measured on generated pedestrian-like JPEGs at
+1x, 2x, 4x and 8x the input size, in interleaved rounds (a pass over the images each):
 
 - ``full``: ``read_image(path)`` + the test transforms (bicubic resize);
 - ``draft``: ``read_image(path, draft_size)`` + the same transforms;
-- optionally (``--forward-depth``) the model's forward per image at batch 32 on the CPU, the
-  rest of an evaluation's cost per image, so the decode figures can be read as a share of it.
+- with ``--forward-depth``, the model's forward per image at batch 32 on the CPU, to read the
+  decode figures as a share of an evaluation.
 
-Rounds interleave the two ways, a pass over the images each; it prints medians over the rounds (ms per image),
-the full / draft ratio, and the largest pixel difference of the two pipelines' outputs.
-
-Usage:
-    python tools/benchmarks/bench_decode.py [--size 256 128] [--scales 1 2 4 8] [--images 40]
-        [--rounds 5] [--forward-depth 50x] [--threads 1]
+Prints medians (ms per image), the full / draft ratio and the largest pixel difference.
 """
 
 import argparse
@@ -28,10 +22,9 @@ from typing import Dict, List
 
 import numpy as np
 import torch
-from harness import interleaved, timed
+from harness import bot_config, interleaved, random_batch, timed
 from PIL import Image, ImageDraw, ImageFilter
 
-from reid_engine.config import get_cfg
 from reid_engine.data import build_transforms, read_image
 
 
@@ -54,13 +47,10 @@ def pedestrian_like(rng: np.random.Generator, height: int, width: int) -> Image.
 def write_images(folder: str, size, scales: List[int], count: int) -> Dict[int, List[str]]:
     """``count`` JPEGs (quality 90) per scale, of scale x ``size`` (height, width)."""
     rng = np.random.default_rng(0)
-    paths: Dict[int, List[str]] = {}
-    for scale in scales:
-        paths[scale] = []
-        for i in range(count):
-            path = os.path.join(folder, f"x{scale}_{i}.jpg")
+    paths = {scale: [os.path.join(folder, f"x{scale}_{i}.jpg") for i in range(count)] for scale in scales}
+    for scale, files in paths.items():
+        for path in files:
             pedestrian_like(rng, size[0] * scale, size[1] * scale).save(path, quality=90)
-            paths[scale].append(path)
     return paths
 
 
@@ -82,14 +72,11 @@ def pixel_difference(paths: List[str], pipeline, draft_size) -> int:
 
 
 def forward_ms(depth: str, size, batch: int = 32, repeats: int = 3) -> float:
-    """Median ms per image of a bagtricks ResNet-``depth`` forward (random weights, fp32, CPU) at ``batch``."""
+    """Median ms per image of a BoT ResNet-``depth`` forward (random weights, fp32, CPU) at ``batch``."""
     from reid_engine.modeling import build_model
 
-    cfg = get_cfg()
-    cfg.merge_from_list(["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.DEPTH", depth, "MODEL.BACKBONE.PRETRAIN", False,
-                        "MODEL.HEADS.NUM_CLASSES", 751])
-    model = build_model(cfg).eval()
-    images = torch.randint(0, 256, (batch, 3, *size), dtype=torch.uint8).float()
+    model = build_model(bot_config(depth)).eval()
+    images = random_batch(batch, 1, *size)["images"].float()
     with torch.no_grad():
         times, _ = timed(lambda: model({"images": images}), repeats, warmup=1)
     return 1000.0 * statistics.median(times) / batch
@@ -106,9 +93,7 @@ def main(argv=None) -> Dict[int, Dict[str, float]]:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the forward timing")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cfg = get_cfg()
-    cfg.INPUT.SIZE_TEST = list(args.size)
-    pipeline = build_transforms(cfg, is_train=False)
+    pipeline = build_transforms(bot_config(size=args.size), is_train=False)
     draft_size = (args.size[1], args.size[0])  # what the pipelines passed to read_image before
     results: Dict[int, Dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as folder:

@@ -1,31 +1,22 @@
 #!/usr/bin/env python
 """Benchmark deployment back ends on the CPU: PyTorch eager, TorchScript, ONNX Runtime fp32 and int8.
 
-For each model it exports TorchScript and ONNX files (`reid_engine.export.export_model`),
-quantizes the ONNX file to int8 (static QDQ, per-channel weights, calibrated on
---calibration-size images of the SyntheticReID train split), then prints for each back
-end the CPU throughput (images/s, best of repeated calls over --seconds, on random uint8
-images at batch 1 and batch 32) and the mAP / Rank-1 on SyntheticReID's test split,
-with the same evaluator as `reid-train --eval-only`. Every back end computes the same
-thing: the config's test-time flip averaging and L2 normalization are inside each of them.
+For each model it exports TorchScript and ONNX files (`reid_engine.export.export_model`), quantizes
+the ONNX file to int8 (static QDQ, per-channel weights, calibrated on --calibration-size images of
+SyntheticReID's train split), then prints per back end the CPU images/s (best of repeated calls
+over --seconds, random uint8 images at batch 1 and 32) and the mAP on SyntheticReID's test split
+(the evaluator of `reid-train --eval-only`). Every back end includes the config's flip averaging
+and L2 normalization.
 
 Models:
-  main  the README's main job, configs/SyntheticReID/bagtricks_R18-half-ibn.yml
-        (half-width ResNet-18 IBN-a BoT at 96x48, flip test);
+  main  the README's main job, configs/SyntheticReID/bagtricks_R18-half-ibn.yml (96x48, flip test);
   r50   BoT ResNet-50 at 256x128, configs/Market1501/bagtricks_R50.yml, tested on SyntheticReID.
-Without --main-weights / --r50-weights a model keeps its seeded random initialization:
-its rows are labelled "untrained" and their mAP says nothing about quality (only the
-speeds and the int8-vs-fp32 agreement do).
+Without --main-weights / --r50-weights a model keeps its seeded random initialization: its rows
+say "untrained", and only their speeds and int8-vs-fp32 agreement mean something.
 
-Threads: torch and ONNX Runtime both use --threads intra-op threads (default 2, the
-reference machine's cores); set OMP_NUM_THREADS to the same value. On a machine shared
-with other jobs the figures are noisy: the best-of-N timing reduces, but does not remove, that.
-
-Example:
-    OMP_NUM_THREADS=2 python tools/benchmarks/bench_deploy.py --data-root datasets \\
-        --main-weights output/synthetic_r18_half/model_final.pth
-    OMP_NUM_THREADS=2 python tools/benchmarks/bench_deploy.py --models r50 --map-for onnx int8
-    OMP_NUM_THREADS=1 python tools/benchmarks/bench_deploy.py --models r50 --threads 1 --no-map
+torch and ONNX Runtime both use --threads intra-op threads; set OMP_NUM_THREADS to the same value.
+On a shared machine best-of-N reduces the noise but does not remove it. Commands and figures:
+docs/benchmarks.md ("Back ends").
 """
 import argparse
 import os
@@ -33,7 +24,7 @@ import tempfile
 
 import numpy as np
 import torch
-from harness import Stopwatch
+from harness import REPO, Stopwatch
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -56,7 +47,6 @@ from reid_engine.inference import (
 )
 from reid_engine.utils.logger import setup_logger
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = {
     "main": ("configs/SyntheticReID/bagtricks_R18-half-ibn.yml", []),
     "r50": ("configs/Market1501/bagtricks_R50.yml",
@@ -93,9 +83,8 @@ def model_config(config_file: str, weights: str, data_root: str, overrides=()):
     """The frozen config of a benchmarked model, on the CPU, with its weights (none: "")."""
     cfg = get_cfg()
     cfg.merge_from_file(config_file)
-    cfg.merge_from_list(list(overrides) + ["MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False,
-                                           "MODEL.WEIGHTS", weights or "", "DATASETS.ROOT", data_root,
-                                           "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
+    cfg.merge_from_list([*overrides, "MODEL.DEVICE", "cpu", "MODEL.BACKBONE.PRETRAIN", False, "MODEL.WEIGHTS", weights or "",
+                         "DATASETS.ROOT", data_root, "DATALOADER.NUM_WORKERS", 0, "TEST.RANK_VIS", False])
     cfg.freeze()
     return cfg
 
@@ -123,8 +112,7 @@ def bench_model(name: str, weights: str, args) -> dict:
             quant = {"path": quantize_onnx(fp32.path, os.path.join(out, "model_int8.onnx"), "int8", reader)}
         else:
             quant = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
-                                        calibration_size=args.calibration_size, max_map_drop=float("inf"),
-                                        speed_seconds=0.5)
+                                        calibration_size=args.calibration_size, max_map_drop=float("inf"), speed_seconds=0.5)
     what = "int8 quantization" if args.no_map else "int8 quantization + fp32/int8 evaluation"
     print(f"[{name}] {what}: {watch.wall:.0f} s", flush=True)
     contract = read_contract(results["onnx"]["path"])
@@ -140,14 +128,12 @@ def bench_model(name: str, weights: str, args) -> dict:
                              for batch, images in batches.items()}
         row = rows[backend]
         print(f"[{name}] {LABELS[backend]}: {row['b1']:.1f} img/s at batch 1, {row['b32']:.1f} at batch 32", flush=True)
-    models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None),
-              "int8": (onnx_int8, None)}
+    models = {"eager": (model, None), "torchscript": (scripted, contract), "onnx": (onnx_fp32, None), "int8": (onnx_int8, None)}
     for backend in ([] if args.no_map else args.map_for):
-        if backend in ("onnx", "int8"):
+        if backend in ("onnx", "int8"):  # evaluated by quantize_and_verify
             rows[backend]["mAP"] = quant["fp32_map" if backend == "onnx" else "int8_map"]
-            continue
-        metrics = evaluate_on_test_set(cfg, models[backend][0], models[backend][1], label=f"Evaluating {backend}")
-        rows[backend]["mAP"] = metrics["mAP"]
+        else:
+            rows[backend]["mAP"] = evaluate_on_test_set(cfg, *models[backend], label=f"Evaluating {backend}")["mAP"]
     return rows
 
 
@@ -177,15 +163,12 @@ def main(argv=None):
             weights = args.main_weights if name == "main" else args.r50_weights
             table[name] = (bench_model(name, weights, args), "trained" if weights else "untrained")
             print(f"[{name}] weights: {weights or 'seeded random initialization (untrained)'}")
-    print()
-    print(f"{'model':<6} {'weights':<10} {'back end':<18} {'img/s b1':>9} {'img/s b32':>10} {'x eager b32':>11} "
-          f"{'mAP':>7}")
+    print(f"\n{'model':<6} {'weights':<10} {'back end':<18} {'img/s b1':>9} {'img/s b32':>10} {'x eager b32':>11} {'mAP':>7}")
     for name, (rows, weights) in table.items():
         for backend, row in rows.items():
-            ratio = row["b32"] / rows["eager"]["b32"]
             shown = f"{row['mAP']:.2f}" if "mAP" in row else "-"
             print(f"{name:<6} {weights:<10} {LABELS[backend]:<18} {row['b1']:>9.1f} {row['b32']:>10.1f} "
-                  f"{ratio:>10.2f}x {shown:>7}")
+                  f"{row['b32'] / rows['eager']['b32']:>10.2f}x {shown:>7}")
         drop = f"{rows['onnx']['mAP'] - rows['int8']['mAP']:.2f}" if "mAP" in rows["int8"] else "not measured"
         print(f"{name}: int8 vs PyTorch eager at batch 32: {rows['int8']['b32'] / rows['eager']['b32']:.2f}x "
               f"(target >= 2x); int8 mAP drop vs fp32: {drop} points (target <= 1.0)")

@@ -1,21 +1,11 @@
 #!/usr/bin/env python
-"""Measure the knowledge-distillation gain on SyntheticReID: a student trained with and without a
-teacher, side by side.
+"""Measure the knowledge-distillation gain on SyntheticReID: a student trained with and without a teacher.
 
-Three runs of the real command line (`tools/train_net.py`), one after another, on the same data,
-seed and schedule:
-1. the teacher: the student config with a deeper backbone (--teacher-depth, default R50), trained
-   the same way (skipped with --teacher-weights);
+Three runs of the real command line (`tools/train_net.py`) on the same data, seed and schedule:
+1. the teacher: the student config with a deeper backbone (--teacher-depth; skipped with --teacher-weights);
 2. the student alone (the student config as it is);
-3. the student as a `Distiller`: the same config plus the frozen teacher's logits through
-   `loss_jsdiv` (KD.MODEL_CONFIG / KD.MODEL_WEIGHTS).
-It prints the test metrics of the three models, the gain (3 minus 2) and the wall time of each run.
-
-Examples:
-    python tools/benchmarks/bench_distillation.py                      # main-job student, R50 teacher
-    python tools/benchmarks/bench_distillation.py --epochs 8 --teacher-epochs 8
-    python tools/benchmarks/bench_distillation.py --teacher-weights output/r50/model_final.pth \\
-        --teacher-config output/r50/config.yaml
+3. the student as a `Distiller`: the frozen teacher's logits through `loss_jsdiv` (KD.MODEL_CONFIG / KD.MODEL_WEIGHTS).
+It prints the test metrics of the three, the gain (3 minus 2) and the wall time of each run.
 """
 import argparse
 import os
@@ -24,11 +14,10 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from harness import Stopwatch
+from harness import REPO, Stopwatch, print_command, print_table
 
 from reid_engine.evaluation import parse_csv_format
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STUDENT = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
 METRICS = ("Rank-1", "mAP", "mINP")
 
@@ -39,12 +28,14 @@ def final_metrics(output_dir: str) -> Dict[str, float]:
         return next(iter(parse_csv_format(f.read()).values()), {})
 
 
-def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[str, float]:
-    """Run `tools/train_net.py` for one job (its console goes to OUTPUT_DIR/log.txt); returns
-    its final metrics plus "seconds". Exits with the job's code when it fails."""
+def run_job(name: str, config: str, overrides: List[str], output: str, reuse: bool = False) -> Dict[str, float]:
+    """Run `tools/train_net.py` for one job (console to OUTPUT_DIR/log.txt); its final metrics and "seconds"
+    (with `reuse`, a finished run's metrics). Exits with the job's code when it fails."""
     out = os.path.join(output, name)
-    cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config,
-           "OUTPUT_DIR", out, *overrides]
+    if reuse and os.path.exists(os.path.join(out, "model_final.pth")):
+        print(f"{name}: reusing {out}", flush=True)
+        return {**final_metrics(out), "seconds": float("nan")}
+    cmd = [sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config, "OUTPUT_DIR", out, *overrides]
     print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd[1:])}", flush=True)
     with Stopwatch() as watch:
         proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -56,6 +47,13 @@ def run_job(name: str, config: str, overrides: List[str], output: str) -> Dict[s
     print(f"    done in {seconds / 60:.1f} min: " + ", ".join(f"{k} {metrics.get(k, float('nan')):.1f}" for k in METRICS),
           flush=True)
     return {**metrics, "seconds": seconds}
+
+
+def print_runs(title: str, labels: Dict[str, str], results: Dict[str, Dict[str, float]]) -> None:
+    """The test metrics and the wall minutes of each run, as a markdown table."""
+    rows = ((labels[key], *(f"{row.get(m, float('nan')):.1f}" for m in METRICS), f"{row['seconds'] / 60:.1f}")
+            for key, row in results.items())
+    print_table((title, *METRICS, "wall (min)"), rows, "l" + "r" * (len(METRICS) + 1))
 
 
 def main(argv: Optional[List[str]] = None) -> None:
@@ -91,16 +89,11 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     teacher = f"{teacher_weights} (config {teacher_config})" if args.teacher_weights else f"DEPTH {args.teacher_depth}"
     print(f"\nstudent: {os.path.relpath(args.student, REPO)}; teacher: {teacher}; overrides: {' '.join(common)}")
-    print("| model | " + " | ".join(METRICS) + " | wall (min) |")
-    print("|---|" + "---:|" * (len(METRICS) + 1))
-    labels = {"teacher": "teacher", "student": "student alone", "student_kd": "student + teacher (loss_jsdiv)"}
-    for key, row in results.items():
-        print(f"| {labels[key]} | " + " | ".join(f"{row.get(m, float('nan')):.1f}" for m in METRICS)
-              + f" | {row['seconds'] / 60:.1f} |")
+    print_runs("model", {"teacher": "teacher", "student": "student alone", "student_kd": "student + teacher (loss_jsdiv)"},
+               results)
     gain = {m: results["student_kd"].get(m, float("nan")) - results["student"].get(m, float("nan")) for m in METRICS}
-    print("\ndistillation gain (student + teacher - student alone): "
-          + ", ".join(f"{m} {v:+.1f}" for m, v in gain.items()))
-    print("command: python tools/benchmarks/bench_distillation.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print("\ndistillation gain (student + teacher - student alone): " + ", ".join(f"{m} {v:+.1f}" for m, v in gain.items()))
+    print_command(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,17 @@
 #!/usr/bin/env python
 """Benchmark the engine's overhead: time spent in hooks versus training steps.
 
-Trains a small conv net (3 conv-BN-ReLU blocks, ~25k parameters) on random 3x128x64
-batches of 64 on the CPU with the default hook set of a training run: IterationTimer,
-LRScheduler, PeriodicWriter (CommonMetricPrinter + JSONWriter + TensorboardXWriter, every
-20 iterations) and PeriodicCheckpointer (model + optimizer + trainer state, to a temporary
-folder). The "on hooks" time is what IterationTimer reports: wall time after the warm-up
-spent outside the steps. The target is < 2 % of the total training time.
+Trains a small conv net (3 conv-BN-ReLU blocks, ~25k parameters) on random 3x128x64 batches of 64
+on the CPU with a training run's default hooks: IterationTimer, LRScheduler, PeriodicWriter
+(CommonMetricPrinter + JSONWriter + TensorboardXWriter, every 20 iterations) and
+PeriodicCheckpointer (to a temporary folder). "On hooks" is IterationTimer's figure: wall time
+after the warm-up spent outside the steps. The target is < 2 % of the total training time.
 
-With --main-job it instead takes apart one iteration of the README main job's real trainer
-loop (configs/SyntheticReID/bagtricks_R18-half-ibn.yml, DefaultTrainer with its hooks and
-writers, NUM_WORKERS 0 so that loading runs in this process) in CPU seconds of one thread
-(time.process_time, which a machine busy with other work barely changes): the whole
-iteration, the loader's part, and blocks of model-only steps (a fixed batch, the same model
-and optimizer) interleaved with the loop. Iteration - loader - model-only is what the engine
-adds (hooks, writers, loss staging, LR scheduling).
-
-Usage:
-    python tools/benchmarks/bench_engine_overhead.py [--iters 300] [--checkpoint-period 100]
-        [--threads N]
-    python tools/benchmarks/bench_engine_overhead.py --main-job [--data-root datasets] [--iters 24]
+With --main-job it takes apart one iteration of the README main job's real trainer loop
+(NUM_WORKERS 0: loading runs in this process) in CPU seconds of one thread, which a busy machine
+barely changes: the whole iteration, the loader's part, and blocks of model-only steps (a fixed
+batch, the same model and optimizer) between the loop's. Iteration - loader - model-only is what
+the engine adds (hooks, writers, loss staging, LR scheduling).
 """
 
 import argparse
@@ -32,7 +24,7 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
-from harness import StepTimer, Stopwatch, TrainOnly, timed
+from harness import REPO, StepTimer, Stopwatch, TrainOnly, random_batch, timed, train_step
 from torch import nn
 
 from reid_engine.config import get_cfg
@@ -44,7 +36,6 @@ from reid_engine.utils.logger import setup_logger
 
 TARGET_PERCENT = 2.0
 NUM_CLASSES = 50
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAIN_JOB = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18-half-ibn.yml")
 
 
@@ -64,8 +55,7 @@ class SmallConvNet(nn.Module):
     def forward(self, batch):
         features = self.backbone(batch["images"].float() / 255.0).mean(dim=(2, 3))
         logits = self.classifier(features)
-        return {"loss_cls": F.cross_entropy(logits, batch["targets"]),
-                "loss_reg": 1e-3 * features.pow(2).mean()}
+        return {"loss_cls": F.cross_entropy(logits, batch["targets"]), "loss_reg": 1e-3 * features.pow(2).mean()}
 
 
 def random_batches(count: int, batch_size: int = 64):
@@ -91,20 +81,13 @@ def time_hook_methods(hook_list):
     return spent
 
 
-class _CpuSeconds:
-    """Wraps an iterator and records the CPU seconds of each ``next``."""
-
-    def __init__(self, iterator):
-        self.iterator, self.seconds = iterator, []
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
+def _cpu_timed(iterator, seconds: list):
+    """The items of `iterator`, the CPU seconds of each ``next`` appended to `seconds`."""
+    while True:
         with Stopwatch() as watch:
-            batch = next(self.iterator)
-        self.seconds.append(watch.cpu)
-        return batch
+            batch = next(iterator)
+        seconds.append(watch.cpu)
+        yield batch
 
 
 class _ModelOnlyBlocks(HookBase):
@@ -117,40 +100,34 @@ class _ModelOnlyBlocks(HookBase):
 
     def before_step(self):
         if self.loader is None:  # the trainer's own stream, measured from the first step on
-            inner = self.trainer._trainer
-            self.loader = inner._data_loader_iter_obj = _CpuSeconds(inner._data_loader_iter)
+            inner, self.loader = self.trainer._trainer, []
+            inner._data_loader_iter_obj = _cpu_timed(inner._data_loader_iter, self.loader)
 
     def after_step(self):
         if (self.trainer.iter + 1) % self.block:
             return
-        model, optimizer = self.trainer.model, self.trainer.optimizer
+        step = train_step(self.trainer.model, self.trainer.optimizer, self.batch)
         for _ in range(self.block):
             with self.loop.excluded(), Stopwatch() as watch:
-                loss = sum(model(self.batch).values())
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                step()
             self.model.append(watch.cpu)
 
 
 def main_job_breakdown(args) -> None:
     """Print the CPU-second breakdown of a main-job iteration (see the module docstring)."""
-    from bench_model import make_batch
-
     torch.set_num_threads(1)
     logging.getLogger("reid_engine").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory() as output_dir:
         cfg = get_cfg()
         cfg.merge_from_file(MAIN_JOB)
         cfg.DATASETS.ROOT, cfg.OUTPUT_DIR, cfg.DATALOADER.NUM_WORKERS = args.data_root, output_dir, 0
-        batch = make_batch(cfg.SOLVER.IMS_PER_BATCH, cfg.DATALOADER.NUM_INSTANCE, *cfg.INPUT.SIZE_TRAIN,
-                           torch.device("cpu"))
+        batch = random_batch(cfg.SOLVER.IMS_PER_BATCH, cfg.DATALOADER.NUM_INSTANCE, *cfg.INPUT.SIZE_TRAIN)
         iterations = StepTimer(clock=time.process_time)
         breakdown = _ModelOnlyBlocks(batch, 4, iterations)
         TrainOnly(cfg, 4 + args.iters, [iterations, breakdown]).train()
     skip = 3  # the first iterations: start-up
     loop = statistics.median(iterations.iterations[skip:])
-    loader, model = statistics.median(breakdown.loader.seconds[skip:]), statistics.median(breakdown.model)
+    loader, model = statistics.median(breakdown.loader[skip:]), statistics.median(breakdown.model)
     print(f"main job ({os.path.relpath(MAIN_JOB, REPO)}), batch {cfg.SOLVER.IMS_PER_BATCH}, 1 torch thread, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU seconds, medians of "
           f"{len(iterations.iterations) - skip} loop iterations and {len(breakdown.model)} model-only steps")
@@ -168,27 +145,24 @@ def main() -> None:
     parser.add_argument("--main-job", action="store_true", help="take apart a main-job iteration instead")
     parser.add_argument("--data-root", default=os.path.join(REPO, "datasets"), help="with --main-job")
     args = parser.parse_args()
+    setup_logger(color=False)
     if args.main_job:
-        setup_logger(color=False)
         return main_job_breakdown(args)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    setup_logger(color=False)
     logging.getLogger("reid_engine").setLevel(logging.WARNING)  # keep the output to the figures
     torch.manual_seed(0)
 
     with tempfile.TemporaryDirectory() as output_dir:
         model = SmallConvNet()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
-        scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[args.iters // 2], gamma=0.1)
         trainer = SimpleTrainer(model, random_batches(8), optimizer)
-        trainer.scheduler = scheduler
+        trainer.scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[args.iters // 2], gamma=0.1)
         checkpointer = Checkpointer(model, output_dir, trainer=trainer)
         timer = hooks.IterationTimer()
         writers = [CommonMetricPrinter(args.iters), JSONWriter(os.path.join(output_dir, "metrics.json")),
                    TensorboardXWriter(output_dir)]
-        hook_list = [timer, hooks.LRScheduler(),
-                     hooks.PeriodicWriter(writers, period=20),
+        hook_list = [timer, hooks.LRScheduler(), hooks.PeriodicWriter(writers, period=20),
                      hooks.PeriodicCheckpointer(checkpointer, args.checkpoint_period)]
         spent = time_hook_methods(hook_list[1:])
         trainer.register_hooks(hook_list)
@@ -205,8 +179,8 @@ def main() -> None:
           f"({1000 * step_time / timed_iters:.1f} ms / it)  on hooks: {timer.hook_time:.3f} s")
     for name, seconds in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"  {name:<22s} {seconds:8.3f} s  ({1000 * seconds / args.iters:.2f} ms / it)")
-    verdict = "OK" if percent < TARGET_PERCENT else "ABOVE TARGET"
-    print(f"on hooks: {percent:.2f} % of total training time (target < {TARGET_PERCENT:.0f} %): {verdict}")
+    print(f"on hooks: {percent:.2f} % of total training time (target < {TARGET_PERCENT:.0f} %): "
+          f"{'OK' if percent < TARGET_PERCENT else 'ABOVE TARGET'}")
 
 
 if __name__ == "__main__":

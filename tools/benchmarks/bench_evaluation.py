@@ -1,26 +1,22 @@
 #!/usr/bin/env python
 """Benchmark of the evaluation layer: speed and peak memory at benchmark scale.
 
-Cases (each runs in its own subprocess so that its peak RSS is its own):
-  market  Market-size metrics (3,368 x 15,913, 751 ids, 6 cameras): from a precomputed
-          distance matrix, and from features (with the distance computation alone for reference).
-  msmt    MSMT17-size (11,659 x 82,161, 2048-d) features -> metrics: time against the
-          distance computation alone (the matrix multiply is the floor) and peak RSS.
+Cases, each in its own subprocess (its peak RSS is its own), on random features with identity
+structure (identity centre + noise):
+  market  Market-size metrics (3,368 x 15,913, 751 ids, 6 cameras) from a precomputed distance
+          matrix and from features, beside the distance computation alone;
+  msmt    MSMT17-size (11,659 x 82,161, 2048-d) features -> metrics against the distance
+          computation alone (the matrix multiply is the floor), and peak RSS;
   rerank  k-reciprocal re-ranking on a Market-size pool (19,281 features): time and peak RSS.
-
-Features are random with identity structure: feature = identity centre + noise.
-
-Usage: python tools/benchmarks/bench_evaluation.py [--cases market msmt rerank] [--dim 2048]
 """
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 
 import torch
-from harness import Stopwatch, timed
+from harness import Stopwatch, peak_rss_gb, timed
 
 from reid_engine.evaluation import evaluate_rank, evaluate_rank_from_features, iter_distance_chunks
 from reid_engine.evaluation.rank import RankAccumulator
@@ -34,8 +30,8 @@ SIZES = {  # queries, gallery, identities, cameras
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MB (ru_maxrss is in KB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident memory of this process so far, in MB."""
+    return 1024 * peak_rss_gb()
 
 
 def make_split(num_query: int, num_gallery: int, ids: int, cams: int, dim: int, noise: float, seed: int = 0):
@@ -70,23 +66,30 @@ def distance_only(qf, gf, metric="cosine"):
         block.sum()  # touch the block, as the metrics do at least once
 
 
+def chunked_metrics(chunks, qp, gp, qc, gc):
+    """(CMC, mAP, mINP) of the distance blocks `chunks` yields, as (start row, block)."""
+    acc = RankAccumulator(qp, gp, qc, gc)
+    for start, block in chunks:
+        acc.update(start, block)
+    return acc.summarize()
+
+
 def case_market(args):
     qf, gf, qp, gp, qc, gc = make_split(*SIZES["market"], args.dim, args.noise)
     dist = torch.cat([d for _, d in iter_distance_chunks(qf, gf, "cosine")])
     t_dist, (cmc, m_ap, m_inp) = best(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
     with Stopwatch() as watch:
         evaluate_rank(dist, qp, gp, qc, gc)
-    cpu_dist = watch.cpu
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # on a busy machine one thread avoids OpenMP stragglers
     t_dist_1, _ = best(lambda: evaluate_rank(dist, qp, gp, qc, gc), repeat=3)
     torch.set_num_threads(threads)
     t_floor, _ = best(lambda: distance_only(qf, gf), repeat=2)
     t_feat, _ = best(lambda: evaluate_rank_from_features(qf, gf, qp, gp, qc, gc), repeat=2)
-    return {"metrics_from_distmat_s": t_dist, "metrics_from_distmat_cpu_s": cpu_dist,
+    return {"metrics_from_distmat_s": t_dist, "metrics_from_distmat_cpu_s": watch.cpu,
             "metrics_from_distmat_1_thread_s": t_dist_1, "distance_only_s": t_floor, "features_to_metrics_s": t_feat,
-            "ratio_features_to_metrics_over_distance": t_feat / t_floor,
-            "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp, "peak_rss_mb": peak_rss_mb()}
+            "ratio_features_to_metrics_over_distance": t_feat / t_floor, "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def case_msmt(args):
@@ -95,37 +98,22 @@ def case_msmt(args):
     t_floor, _ = best(lambda: distance_only(qf, gf))
     rss_floor = peak_rss_mb()
 
-    def features_to_metrics():
-        acc = RankAccumulator(qp, gp, qc, gc)
-        for start, block in iter_distance_chunks(qf, gf, "cosine"):
-            acc.update(start, block)
-        return acc.summarize()
-
-    t_feat, (cmc, m_ap, m_inp) = best(features_to_metrics)
+    t_feat, (cmc, m_ap, m_inp) = best(lambda: chunked_metrics(iter_distance_chunks(qf, gf, "cosine"), qp, gp, qc, gc))
     return {"distance_only_s": t_floor, "features_to_metrics_s": t_feat,
-            "ratio_features_to_metrics_over_distance": t_feat / t_floor,
-            "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
-            "rss_after_features_mb": rss_features, "peak_rss_distance_only_mb": rss_floor,
-            "peak_rss_mb": peak_rss_mb()}
+            "ratio_features_to_metrics_over_distance": t_feat / t_floor, "rank1": float(cmc[0]), "mAP": m_ap, "mINP": m_inp,
+            "rss_after_features_mb": rss_features, "peak_rss_distance_only_mb": rss_floor, "peak_rss_mb": peak_rss_mb()}
 
 
 def case_rerank(args):
     qf, gf, qp, gp, qc, gc = make_split(*SIZES["rerank"], args.dim, args.noise)
     rss_features = peak_rss_mb()
 
-    def rerank_metrics():
-        acc = RankAccumulator(qp, gp, qc, gc)
-        for start, block in iter_rerank_chunks(qf, gf, 20, 6, 0.3, "cosine"):
-            acc.update(start, block)
-        return acc.summarize()
-
-    t_rerank, (cmc, m_ap, m_inp) = best(rerank_metrics)
+    t_rerank, (cmc, m_ap, m_inp) = best(lambda: chunked_metrics(iter_rerank_chunks(qf, gf, 20, 6, 0.3, "cosine"), qp, gp, qc, gc))
     base = evaluate_rank_from_features(qf, gf, qp, gp, qc, gc)
     n = qf.shape[0] + gf.shape[0]
     return {"pool": n, "rerank_and_metrics_s": t_rerank, "rank1": float(cmc[0]), "mAP": m_ap,
-            "rank1_without_rerank": float(base[0][0]), "mAP_without_rerank": base[1],
-            "rss_after_features_mb": rss_features, "peak_rss_mb": peak_rss_mb(),
-            "one_dense_NxN_float32_mb": n * n * 4 / 2 ** 20}
+            "rank1_without_rerank": float(base[0][0]), "mAP_without_rerank": base[1], "rss_after_features_mb": rss_features,
+            "peak_rss_mb": peak_rss_mb(), "one_dense_NxN_float32_mb": n * n * 4 / 2 ** 20}
 
 
 CASES = {"market": case_market, "msmt": case_msmt, "rerank": case_rerank}
@@ -144,8 +132,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, feature dim {args.dim}, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     for case in args.cases:
-        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--dim", str(args.dim),
-               "--noise", str(args.noise)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", case, "--dim", str(args.dim), "--noise", str(args.noise)]
         q, g, ids, cams = SIZES[case]
         print(f"\n== {case}: {q} queries x {g} gallery, {ids} ids, {cams} cameras", flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,63 +1,43 @@
 #!/usr/bin/env python
 """Benchmark of the gallery index (reid-index): build time, memory, query latency, QPS and recall@10.
 
-The galleries imitate a trained ReID model's features on SyntheticReID, not uniform
-noise. The statistics come from real features: a reid-extract file of a test split
-(--features), a checkpoint embedding SyntheticReID's query + gallery (--checkpoint with
---config-file), or else a tiny ResNet-18 trained for a few iterations on SyntheticReID
-(`tools/train_net.py`, into --work-dir). From them the script takes, in the top --dim
-principal directions: the distribution of identity centres (mean and covariance), the
-pooled within-identity covariance, each identity's spread relative to it, and the number
-of images per identity; a gallery of N features draws new identities from that, with
-their images spread as the real ones are, L2-normalized. Queries are held-out images of
-gallery identities.
+The galleries imitate a trained model's features: from real ones (a reid-extract file, --features; a
+checkpoint embedding SyntheticReID's test split, --checkpoint; else a tiny ResNet-18 trained into
+--work-dir), in the top --dim principal directions, the distribution of identity centres, the pooled
+within-identity covariance, each identity's relative spread and its image count; a gallery of N draws
+new identities and images from that. Queries are held-out images of gallery identities.
 
-For each size it builds the exact index (faiss flat) and the approximate one that
-`reid-index build` picks (IVF-Flat tuned to --recall-target; HNSW too up to --hnsw-max),
-through the gallery API, and prints per index: build time, the index's size in memory,
-the process's peak RSS, query latency p50 / p99 at batch 1 and per query at batch 64,
-queries per second at both batches and as a multiple of exact search, and recall@10
-against exact search. --milvus-max adds Milvus Lite (the same API, a local .db file) for
-the sizes up to it. The last rows extrapolate 10M from the measured scaling (power law
-fit over the sizes). Searches run on --threads faiss threads (2: the target machine).
+For each size it builds the exact index (faiss flat) and what `reid-index build` picks (IVF-Flat
+tuned to --recall-target; HNSW too up to --hnsw-max; Milvus Lite up to --milvus-max) through the
+gallery API, and prints per index: build time, index size, peak RSS, latency p50 / p99 at batch 1
+and per query at batch 64, queries per second (also as a multiple of exact search) and recall@10
+against exact search; the last rows extrapolate 10M by a power-law fit. Searches run on --threads
+faiss threads. `--replot r.json --plot qps.png` redraws an earlier run's figure.
 
 Targets (issue 50), 1M 256-d features on 2 cores, approximate index: recall@10 >= 0.99,
 p50 <= 5 ms at batch 1, >= 20x the exact search's queries per second.
-
-Usage: python tools/benchmarks/bench_gallery.py [--sizes 100000 300000 1000000] [--dim 256] [--threads 2]
-       [--features test.npz | --checkpoint model.pth --config-file cfg.yml] [--milvus-max 100000] [--output r.json]
-       [--plot qps.png]  (python tools/benchmarks/bench_gallery.py --replot r.json --plot qps.png redraws a run)
 """
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
-from harness import Stopwatch, timed
+from harness import REPO, Stopwatch, peak_rss_gb, print_table, timed
 
 from reid_engine.gallery import Location, Records, create_index, plan_index, recall_at_k
 from reid_engine.gallery.embedding import feature_file_contract
+from reid_engine.inference import load_features
 
 TARGET_RECALL, TARGET_P50_MS, TARGET_SPEEDUP = 0.99, 5.0, 20.0
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_CONFIG = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
 
 
-def peak_rss_gb() -> float:
-    """Peak resident memory of this process so far, in GB."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-
-
-# ---------------------------------------------------------------------- real features
 def real_features(args) -> tuple:
     """(features, pids) of a real test split: from --features, --checkpoint, or a tiny model trained here."""
     if args.features:
-        from reid_engine.inference import load_features
-
         data = load_features(args.features)
         return data["features"], data["pids"]
     checkpoint, config = args.checkpoint, args.config_file or TRAIN_CONFIG
@@ -66,21 +46,18 @@ def real_features(args) -> tuple:
         checkpoint = os.path.join(args.work_dir, "train", "model_final.pth")
         if not os.path.isfile(checkpoint):
             print(f"training a tiny ResNet-18 for {args.train_epochs} epochs on SyntheticReID into {args.work_dir}")
-            subprocess.run([sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config]
-                           + overrides + ["OUTPUT_DIR", os.path.join(args.work_dir, "train"), "SOLVER.MAX_EPOCH",
-                                          str(args.train_epochs), "SOLVER.STEPS", "[1,2]", "SOLVER.WARMUP_ITERS", "20",
-                                          "TEST.EVAL_PERIOD", "100", "SOLVER.CHECKPOINT_PERIOD", "100"], check=True)
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "train_net.py"), "--config-file", config] + overrides
+                           + ["OUTPUT_DIR", os.path.join(args.work_dir, "train"), "SOLVER.MAX_EPOCH", str(args.train_epochs),
+                              "SOLVER.STEPS", "[1,2]", "SOLVER.WARMUP_ITERS", "20", "TEST.EVAL_PERIOD", "100",
+                              "SOLVER.CHECKPOINT_PERIOD", "100"], check=True)
     cached = os.path.join(args.work_dir, "test_features.npz")
     if not os.path.isfile(cached):
         for split in ("query", "gallery"):
-            subprocess.run([sys.executable, os.path.join(REPO, "tools", "extract_features.py"), "--config-file",
-                            config, "--split", split, "--output", cached + f".{split}.npz"] + overrides
-                           + ["MODEL.WEIGHTS", checkpoint], check=True)
-        from reid_engine.inference import load_features
-
+            subprocess.run([sys.executable, os.path.join(REPO, "tools", "extract_features.py"), "--config-file", config,
+                            "--split", split, "--output", cached + f".{split}.npz", *overrides, "MODEL.WEIGHTS", checkpoint],
+                           check=True)
         q, g = load_features(cached + ".query.npz"), load_features(cached + ".gallery.npz")
-        np.savez(cached, features=np.concatenate([q["features"], g["features"]]),
-                 pids=np.concatenate([q["pids"], g["pids"]]))
+        np.savez(cached, features=np.concatenate([q["features"], g["features"]]), pids=np.concatenate([q["pids"], g["pids"]]))
     with np.load(cached) as data:
         return data["features"], data["pids"]
 
@@ -136,7 +113,6 @@ class ReidLikeGenerator:
         return self.images(centres, spreads, pids), pids, self.images(centres, spreads, query_pids), query_pids
 
 
-# ---------------------------------------------------------------------- measuring
 def latency(index, queries: np.ndarray, batch: int, repeats: int) -> tuple:
     """(p50 ms, p99 ms) per call and queries per second, over `repeats` calls of `batch` queries."""
     starts = iter(range(0, repeats * batch, batch))
@@ -161,10 +137,6 @@ def index_bytes(plan, size: int, dim: int) -> int:
     return vectors
 
 
-def padded_ids(result, k: int = 10) -> np.ndarray:
-    return np.array([np.pad(ids, (0, k - len(ids)), constant_values=-1) for ids in result.ids])
-
-
 def measure(kind: str, backend: str, features, pids, queries, contract, args, exact_ids=None) -> dict:
     """Build one index and measure it (exact_ids: the exact top-10 for recall)."""
     folder = tempfile.mkdtemp(prefix="bench_gallery_")
@@ -176,16 +148,15 @@ def measure(kind: str, backend: str, features, pids, queries, contract, args, ex
     with Stopwatch() as build:
         index = create_index(location, contract, len(features), kind=kind, recall_target=args.recall_target)
         index.add(features, records)
-    build_s = build.wall
-    size_gb = index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9
     repeats1 = args.exact_repeats if kind == "flat" else args.repeats
     p50, p99, qps1 = latency(index, queries, 1, repeats1)
     b50, b99, qps64 = latency(index, queries, 64, max(3, repeats1 // 20))
-    found = padded_ids(index.search(queries[:args.recall_queries], 10))
-    row = {"size": len(features), "backend": backend, "kind": kind, "build_s": build_s, "index_gb": size_gb,
-           "peak_rss_gb": peak_rss_gb(), "rss_growth_gb": peak_rss_gb() - rss_before, "p50_ms": p50, "p99_ms": p99,
-           "batch64_p50_ms_per_query": b50 / 64, "batch64_p99_ms_per_query": b99 / 64, "qps_batch1": qps1,
-           "qps_batch64": qps64, "plan": index.manifest.plan.to_dict(),
+    found = np.array([np.pad(ids, (0, 10 - len(ids)), constant_values=-1)  # the top 10, -1 where fewer came back
+                      for ids in index.search(queries[:args.recall_queries], 10).ids])
+    row = {"size": len(features), "backend": backend, "kind": kind, "build_s": build.wall,
+           "index_gb": index_bytes(index.manifest.plan, len(features), features.shape[1]) / 1e9, "peak_rss_gb": peak_rss_gb(),
+           "rss_growth_gb": peak_rss_gb() - rss_before, "p50_ms": p50, "p99_ms": p99, "batch64_p50_ms_per_query": b50 / 64,
+           "batch64_p99_ms_per_query": b99 / 64, "qps_batch1": qps1, "qps_batch64": qps64, "plan": index.manifest.plan.to_dict(),
            "recall@10": 1.0 if exact_ids is None else recall_at_k(found, exact_ids)}
     if backend == "milvus":
         index.client.drop_collection(index.collection)
@@ -217,36 +188,30 @@ def extrapolate(rows, size: int) -> list:
     return out
 
 
-def print_table(rows) -> None:
+def print_rows(rows) -> None:
+    """The rows as a markdown table, queries per second also as a multiple of exact search."""
     exact = {r["size"]: r for r in rows if r["kind"] == "flat" and r["backend"] == "faiss"}
-    header = ("| size | back end | index | build s | index GB | peak RSS GB | p50 ms b1 | p99 ms b1 | ms/query b64 | "
-              "QPS b1 | QPS b64 | x exact b1 | x exact b64 | recall@10 | params |")
-    print(header)
-    print("|" + "---|" * (header.count("|") - 1))
-    for r in rows:
-        ref = exact.get(r["size"])
-        plan = r.get("plan") or {}
+
+    def cells(r, ref, plan):
         params = {"ivf": f"nlist {plan.get('nlist')}, nprobe {plan.get('search_param')}",
                   "hnsw": f"M {plan.get('hnsw_m')}, efSearch {plan.get('search_param')}"}.get(r["kind"], "")
-        label = f"{r['size']:,}" + (" (extrapolated)" if r.get("extrapolated") else "")
-        recall = "-" if r["recall@10"] is None else f"{r['recall@10']:.4f}"
-        ratio1 = f"{r['qps_batch1'] / ref['qps_batch1']:.1f}" if ref else "-"
-        ratio64 = f"{r['qps_batch64'] / ref['qps_batch64']:.1f}" if ref else "-"
-        print(f"| {label} | {r['backend']} | {r['kind']} | {r['build_s']:.1f} | {r['index_gb']:.2f} | "
-              f"{r.get('peak_rss_gb', float('nan')):.2f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['batch64_p50_ms_per_query']:.3f} | {r['qps_batch1']:.0f} | {r['qps_batch64']:.0f} | {ratio1} | "
-              f"{ratio64} | {recall} | {params} |")
+        return (f"{r['size']:,}" + (" (extrapolated)" if r.get("extrapolated") else ""), r["backend"], r["kind"],
+                f"{r['build_s']:.1f}", f"{r['index_gb']:.2f}", f"{r.get('peak_rss_gb', float('nan')):.2f}", f"{r['p50_ms']:.2f}",
+                f"{r['p99_ms']:.2f}", f"{r['batch64_p50_ms_per_query']:.3f}", f"{r['qps_batch1']:.0f}", f"{r['qps_batch64']:.0f}",
+                f"{r['qps_batch1'] / ref['qps_batch1']:.1f}" if ref else "-",
+                f"{r['qps_batch64'] / ref['qps_batch64']:.1f}" if ref else "-",
+                "-" if r["recall@10"] is None else f"{r['recall@10']:.4f}", params)
+    print_table(("size", "back end", "index", "build s", "index GB", "peak RSS GB", "p50 ms b1", "p99 ms b1",
+                 "ms/query b64", "QPS b1", "QPS b64", "x exact b1", "x exact b64", "recall@10", "params"),
+                (cells(r, exact.get(r["size"]), r.get("plan") or {}) for r in rows))
 
 
 def plot(rows, path: str) -> None:
-    """Queries per second at batch 1 and 64 against gallery size, per back end and index (log-log), measured and
-    extrapolated."""
-    import matplotlib
+    """Queries per second at batch 1 and 64 against gallery size per back end and index, log-log."""
+    from matplotlib.figure import Figure  # no pyplot: no GUI back end, no global figure state
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = Figure(figsize=(11, 4.2))
+    axes = fig.subplots(1, 2)
     for ax, field in zip(axes, ("qps_batch1", "qps_batch64")):
         for key in sorted({(r["backend"], r["kind"]) for r in rows}):
             mine = sorted((r for r in rows if (r["backend"], r["kind"]) == key), key=lambda r: r["size"])
@@ -255,10 +220,8 @@ def plot(rows, path: str) -> None:
             if len(mine) > len(measured):
                 ax.plot([measured[-1]["size"], mine[-1]["size"]], [measured[-1][field], mine[-1][field]], "--",
                         color=line.get_color())
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("gallery size (dashed: extrapolated)")
-        ax.set_ylabel(f"queries per second, batch {field[-2:].lstrip('h')}")
+        ax.set(xscale="log", yscale="log", xlabel="gallery size (dashed: extrapolated)",
+               ylabel=f"queries per second, batch {field[-2:].lstrip('h')}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend()
     fig.suptitle("reid-index: top-10 search on ReID-like 256-d features, 2 faiss threads (shared machine)")
@@ -319,16 +282,14 @@ def main(argv=None) -> int:
                   f"recall@10 {row['recall@10']:.4f}", flush=True)
         del features, queries
     rows += extrapolate([r for r in rows if r["backend"] == "faiss"], args.extrapolate)
-    print_table(rows)
-    big = [r for r in rows if r["size"] == max(args.sizes) and r["kind"] == "ivf" and r["backend"] == "faiss"
-           and not r.get("extrapolated")]
-    ref = [r for r in rows if r["size"] == max(args.sizes) and r["kind"] == "flat" and r["backend"] == "faiss"]
-    if big and ref:
-        b, e = big[0], ref[0]
-        print(f"targets at {b['size']:,}: recall@10 {b['recall@10']:.4f} (>= {TARGET_RECALL}: "
-              f"{b['recall@10'] >= TARGET_RECALL}), p50 {b['p50_ms']:.2f} ms (<= {TARGET_P50_MS}: "
-              f"{b['p50_ms'] <= TARGET_P50_MS}), QPS x exact {b['qps_batch1'] / e['qps_batch1']:.1f} at batch 1 and "
-              f"{b['qps_batch64'] / e['qps_batch64']:.1f} at batch 64 (>= {TARGET_SPEEDUP})")
+    print_rows(rows)
+    largest = {(r["kind"], r["backend"]): r for r in rows if r["size"] == max(args.sizes) and not r.get("extrapolated")}
+    if ("ivf", "faiss") in largest and ("flat", "faiss") in largest:
+        b, e = largest["ivf", "faiss"], largest["flat", "faiss"]
+        print(f"targets at {b['size']:,}: recall@10 {b['recall@10']:.4f} (>= {TARGET_RECALL}: {b['recall@10'] >= TARGET_RECALL}),"
+              f" p50 {b['p50_ms']:.2f} ms (<= {TARGET_P50_MS}: {b['p50_ms'] <= TARGET_P50_MS}), QPS x exact "
+              f"{b['qps_batch1'] / e['qps_batch1']:.1f} at batch 1 and {b['qps_batch64'] / e['qps_batch64']:.1f} at batch 64 "
+              f"(>= {TARGET_SPEEDUP})")
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1, default=float)

@@ -1,25 +1,16 @@
 #!/usr/bin/env python
 """Benchmark int8 back ends side by side on the CPU: PyTorch eager, ONNX Runtime fp32 / int8, OpenVINO fp32 / int8.
 
-It exports the model of --config-file (with --weights) as ONNX and OpenVINO IR
-(`reid_engine.export.export_model`), quantizes both to int8 on --calibration-size images
-of the train split (ONNX Runtime static QDQ: `quantize_and_verify`; OpenVINO NNCF
-post-training quantization: `quantize_openvino_and_verify`), which evaluates every file
-on the test split of DATASETS.TESTS[0] with the same evaluator as `reid-train
---eval-only`, and then times all five back ends on one random uint8 batch of --batch
-images. The timing runs in interleaved rounds (each round times every back end once, in
-a rotated order, so that a disturbance of the shared machine hits all of them alike) and
-reports the median round, once with one thread and once with all the threads this
-process may use. Every back end computes the same thing (flip averaging and L2
-normalization are inside each), so the ratios to PyTorch eager compare like with like.
+It exports --config-file's model (with --weights) as ONNX and OpenVINO IR, quantizes both to int8
+on --calibration-size train images (ONNX Runtime static QDQ: `quantize_and_verify`; OpenVINO NNCF:
+`quantize_openvino_and_verify`, both evaluating every file on DATASETS.TESTS[0] as `reid-train
+--eval-only` does), then times the five back ends on one random uint8 batch of --batch images in
+interleaved rounds (rotated order), with one thread and with all this process may use, and reports
+the median round. Every back end includes flip averaging and L2 normalization: the ratios to
+PyTorch eager compare like with like.
 
-Targets (issue 38): OpenVINO int8 at least 2x PyTorch eager at batch 32, with an mAP drop
-of at most 1.0 point.
-
-Example (the README's figures; train the model first):
-    python tools/train_net.py --config-file configs/SyntheticReID/bagtricks_R18-half-ibn.yml \\
-        SOLVER.MAX_EPOCH 4 OUTPUT_DIR /tmp/ov_model
-    python tools/benchmarks/bench_int8_backends.py --weights /tmp/ov_model/model_final.pth
+Targets (issue 38): OpenVINO int8 at least 2x PyTorch eager at batch 32, mAP drop at most 1.0 point.
+The README's figures and their commands (train the model first): docs/benchmarks.md.
 """
 import argparse
 import os
@@ -29,13 +20,12 @@ import tempfile
 import numpy as np
 import torch
 from bench_deploy import model_config, torch_run  # the same config and eager call as bench_deploy's
-from harness import interleaved
+from harness import REPO, interleaved
 
 from reid_engine.export import export_model, input_image_size, quantize_and_verify, quantize_openvino_and_verify
 from reid_engine.inference import FeatureExtractor, OnnxRuntimeModel, OpenVinoModel, build_inference_model
 from reid_engine.utils.logger import setup_logger
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LABELS = {"eager": "PyTorch eager", "ort_fp32": "ONNX Runtime fp32", "ort_int8": "ONNX Runtime int8",
           "ov_fp32": "OpenVINO fp32", "ov_int8": "OpenVINO int8"}
 
@@ -46,8 +36,7 @@ def export_and_quantize(cfg, model, out: str, calibration_size: int):
     onnx = quantize_and_verify(cfg, results["onnx"]["path"], "int8", calibration="train",
                                calibration_size=calibration_size, max_map_drop=float("inf"), speed_seconds=0.2)
     openvino = quantize_openvino_and_verify(cfg, results["openvino"]["path"], calibration="train",
-                                            calibration_size=calibration_size, max_map_drop=float("inf"),
-                                            speed_seconds=0.2)
+                                            calibration_size=calibration_size, max_map_drop=float("inf"), speed_seconds=0.2)
     paths = {"ort_fp32": results["onnx"]["path"], "ort_int8": onnx["path"],
              "ov_fp32": results["openvino"]["path"], "ov_int8": openvino["path"]}
     maps = {"ort_fp32": onnx["fp32_map"], "ort_int8": onnx["int8_map"],
@@ -58,18 +47,15 @@ def export_and_quantize(cfg, model, out: str, calibration_size: int):
 def runners(eager, paths, threads: int):
     """{back end: callable on a uint8 numpy batch} with `threads` intra-op threads each."""
     torch.set_num_threads(threads)
-    return {"eager": torch_run(eager),
-            "ort_fp32": OnnxRuntimeModel(paths["ort_fp32"], threads=threads).run,
-            "ort_int8": OnnxRuntimeModel(paths["ort_int8"], threads=threads).run,
-            "ov_fp32": OpenVinoModel(paths["ov_fp32"], threads=threads).run,
-            "ov_int8": OpenVinoModel(paths["ov_int8"], threads=threads).run}
+    kinds = {"ort": OnnxRuntimeModel, "ov": OpenVinoModel}
+    return {"eager": torch_run(eager), **{name: kinds[name.split("_")[0]](path, threads=threads).run
+                                          for name, path in paths.items()}}
 
 
 def interleaved_speeds(runs, images: np.ndarray, rounds: int, calls: int) -> dict:
     """{back end: median images/s over `rounds` rounds}; each round times `calls` calls of every back end,
     in an order rotated each round (two untimed calls first: they allocate and pick kernels)."""
-    samples = interleaved({name: lambda run=run: run(images) for name, run in runs.items()}, rounds, calls,
-                          warmup=2, rotate=True)
+    samples = interleaved({name: lambda run=run: run(images) for name, run in runs.items()}, rounds, calls, warmup=2, rotate=True)
     return {name: calls * len(images) / statistics.median(values) for name, values in samples.items()}
 
 
@@ -113,8 +99,7 @@ def main(argv=None):
         shown = f"{maps[name]:.2f}" if name in maps else "-"
         print(f"{label:<18}{cells} {shown:>7}")
     for prefix, label in (("ov", "OpenVINO"), ("ort", "ONNX Runtime")):
-        ratios = ", ".join(f"{speeds[t][prefix + '_int8'] / speeds[t]['eager']:.2f}x ({t} thread{'s' * (t > 1)})"
-                           for t in speeds)
+        ratios = ", ".join(f"{speeds[t][prefix + '_int8'] / speeds[t]['eager']:.2f}x ({t} thread{'s' * (t > 1)})" for t in speeds)
         print(f"{label} int8 vs PyTorch eager at batch {args.batch}: {ratios}; mAP drop vs fp32: "
               f"{maps[prefix + '_fp32'] - maps[prefix + '_int8']:.2f} points (targets: >= 2x, <= 1.0)")
 

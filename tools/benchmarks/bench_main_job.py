@@ -1,39 +1,31 @@
 #!/usr/bin/env python
 """Benchmark the README's main job: the old and the new config side by side, in one process.
 
-For each config it measures, on this machine and in the same process run:
-- data generation: seconds to generate the SyntheticReID benchmark (once; both configs use it);
-- the training step: seconds per iteration of the real DefaultTrainer built from the config
-  (loader, model, optimizer, hooks), median over --iters iterations after --warmup; the two
-  trainers take turns of ceil(--iters / --rounds) steps (in two threads, one training at a
-  time), so that a machine whose speed drifts during the benchmark (machines of the
-  reference class differ 2x from run to run) slows both alike;
-- one evaluation: seconds of DefaultTrainer.test on the SyntheticReID test split;
-and projects the whole job: generation + iterations x s/it + evaluations x s/eval, where the
-iteration and evaluation counts come from the config (MAX_EPOCH, TEST.EVAL_PERIOD, the final
-evaluation). It prints both projections and their ratio (new / old).
-
-Examples:
-    python tools/benchmarks/bench_main_job.py --new my_candidate.yml
-    python tools/benchmarks/bench_main_job.py --new my_candidate.yml --iters 40 --skip-generation
+For each config, on this machine and in the same run:
+- data generation: seconds to generate the SyntheticReID benchmark (once, for both);
+- the training step: seconds per iteration of the real DefaultTrainer built from the config, median
+  over --iters iterations after --warmup; the two trainers (two threads, one training at a time)
+  take turns of ceil(--iters / --rounds) steps, so that a drifting machine slows both alike;
+- one evaluation: seconds of DefaultTrainer.test on the SyntheticReID test split.
+It projects each whole job, generation + iterations x s/it + evaluations x s/eval (the counts from
+MAX_EPOCH and TEST.EVAL_PERIOD, with the final evaluation), and prints their ratio (new / old).
 """
 import argparse
+import concurrent.futures
 import math
 import os
 import statistics
-import sys
 import tempfile
 import threading
 
 import torch
-from harness import StepTimer, Stopwatch, TrainOnly
+from harness import REPO, StepTimer, Stopwatch, TrainOnly, print_command, print_table
 
 from reid_engine.config import get_cfg
 from reid_engine.data.synthetic.generator import DEFAULT_SPEC, generate_synthetic_reid
 from reid_engine.engine import DefaultTrainer, HookBase
 from reid_engine.utils.logger import setup_logger
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLD = os.path.join(REPO, "configs", "SyntheticReID", "bagtricks_R18_quick.yml")
 
 
@@ -41,8 +33,7 @@ def load_config(path: str, data_root: str, output_dir: str):
     """The job's config, pointed at `data_root`, writing to `output_dir`."""
     cfg = get_cfg()
     cfg.merge_from_file(path)
-    cfg.DATASETS.ROOT = data_root
-    cfg.OUTPUT_DIR = output_dir
+    cfg.DATASETS.ROOT, cfg.OUTPUT_DIR = data_root, output_dir
     return cfg
 
 
@@ -73,43 +64,26 @@ class _TakeTurns(HookBase):
 
 
 def build_trainer(path: str, args, output_dir: str, turn_hook: HookBase):
-    """(trainer, its step-time hook) for the job in `path`: warmup + iters iterations, no
-    final evaluation, taking turns through `turn_hook`."""
+    """(trainer, its step timer) of `path`: warmup + iters iterations, no final evaluation, turns by `turn_hook`."""
     steps = StepTimer()  # after the turn hook: the wait for the turn is outside the timed window
     return TrainOnly(load_config(path, args.data_root, output_dir), args.warmup + args.iters, [turn_hook, steps]), steps
 
 
 def train_in_turns(trainers) -> None:
     """Train every trainer in its own thread, taking turns; re-raise the first failure."""
-    errors = []
-
-    def train(trainer):
-        try:
-            trainer.train()
-        except BaseException as exc:  # re-raised in the main thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=train, args=(t,)) for t in trainers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    with concurrent.futures.ThreadPoolExecutor(len(trainers)) as pool:
+        for future in [pool.submit(trainer.train) for trainer in trainers]:
+            future.result()
 
 
 def measure(trainer, steps, args) -> dict:
-    """s/it (of the timed iterations), s/eval and the iteration and evaluation counts of the
-    job the trainer was built from."""
+    """s/it of the timed iterations, s/eval, and the job's iteration and evaluation counts."""
     cfg = trainer.cfg
-    seconds_per_iter = statistics.median(steps.steps[args.warmup:])
     with Stopwatch() as evaluation:
         DefaultTrainer.test(cfg, trainer.model)
-    seconds_per_eval = evaluation.wall
-    total_iters = cfg.SOLVER.MAX_EPOCH * trainer.iters_per_epoch
     periodic = math.ceil(cfg.SOLVER.MAX_EPOCH / cfg.TEST.EVAL_PERIOD) - 1 if cfg.TEST.EVAL_PERIOD > 0 else 0
-    return {"s_per_iter": seconds_per_iter, "iters": total_iters, "s_per_eval": seconds_per_eval,
-            "evals": periodic + 1}  # the periodic ones before the end, and the final one
+    return {"s_per_iter": statistics.median(steps.steps[args.warmup:]), "iters": cfg.SOLVER.MAX_EPOCH * trainer.iters_per_epoch,
+            "s_per_eval": evaluation.wall, "evals": periodic + 1}  # the periodic ones before the end, and the final one
 
 
 def main(argv=None):
@@ -120,8 +94,7 @@ def main(argv=None):
                         help="where SyntheticReID is (generated there on first use)")
     parser.add_argument("--iters", type=int, default=30, help="timed iterations per config")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="the trainers alternate in turns of ceil(iters / rounds) steps")
+    parser.add_argument("--rounds", type=int, default=4, help="the trainers alternate in turns of ceil(iters / rounds) steps")
     parser.add_argument("--skip-generation", action="store_true",
                         help="do not time a fresh generation of SyntheticReID (count it as 0 s)")
     args = parser.parse_args(argv)
@@ -139,19 +112,14 @@ def main(argv=None):
                 for index, (label, path) in enumerate((("old", args.old), ("new", args.new)))}
         train_in_turns([trainer for trainer, _ in jobs.values()])
         rows = {label: measure(trainer, steps, args) for label, (trainer, steps) in jobs.items()}
-    print()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; SyntheticReID generation {generation:.1f} s")
-    print("| job | config | s/it | iterations | s/eval | evaluations | projected total (s) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    totals = {}
-    for label, path in (("old", args.old), ("new", args.new)):
-        r = rows[label]
-        totals[label] = generation + r["iters"] * r["s_per_iter"] + r["evals"] * r["s_per_eval"]
-        print(f"| {label} | {os.path.relpath(path, REPO)} | {r['s_per_iter']:.3f} | {r['iters']} | "
-              f"{r['s_per_eval']:.1f} | {r['evals']} | {totals[label]:.0f} |")
+    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; SyntheticReID generation {generation:.1f} s")
+    totals = {label: generation + r["iters"] * r["s_per_iter"] + r["evals"] * r["s_per_eval"] for label, r in rows.items()}
+    print_table(("job", "config", "s/it", "iterations", "s/eval", "evaluations", "projected total (s)"),
+                ((label, os.path.relpath(getattr(args, label), REPO), f"{r['s_per_iter']:.3f}", r["iters"],
+                  f"{r['s_per_eval']:.1f}", r["evals"], f"{totals[label]:.0f}") for label, r in rows.items()), "llrrrrr")
     print(f"\nprojected compute new / old: {totals['new'] / totals['old']:.2f} "
           f"(target <= 0.50); per iteration {rows['new']['s_per_iter'] / rows['old']['s_per_iter']:.2f}")
-    print("command: python tools/benchmarks/bench_main_job.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print_command(__file__, argv)
 
 
 if __name__ == "__main__":

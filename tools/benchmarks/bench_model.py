@@ -1,22 +1,16 @@
 #!/usr/bin/env python
 """Benchmark the ReID models: parameters, FLOPs and training-step time.
 
-For each model it prints the parameter count, the inference FLOPs of one 256x128
-image (fvcore; one multiply-add = one flop) and the time of a full training step
-(forward, CE + triplet losses, backward, SGD step) on a batch of random uint8 images
-with P x K identities.
-
-Example:
-    python tools/benchmarks/bench_model.py                      # CPU, 2 threads, batch 64
-    python tools/benchmarks/bench_model.py --device cuda --steps 20
+For each model: the parameter count, the inference FLOPs of one 256x128 image (fvcore; one
+multiply-add = one flop) and the time of an SGD training step (CE + triplet) on a batch of random
+uint8 images of P x K identities, e.g. ``--device cuda --steps 20``.
 """
 import argparse
 import statistics
 
 import torch
-from harness import timed
+from harness import bot_config, random_batch, timed, train_step
 
-from reid_engine.config import get_cfg
 from reid_engine.modeling import build_model
 from reid_engine.modeling.meta_arch import count_flops, count_parameters
 
@@ -29,50 +23,13 @@ MODELS = {
 FLOP_SIZE = (256, 128)
 
 
-def bot_config(depth: str, height: int, width: int, device: str, num_classes: int,
-               backbone: str = "build_resnet_backbone"):
-    """The BoT model (BNNeck, CE with label smoothing 0.1, hard-mining triplet 0.3) on the
-    backbone `backbone` (MODEL.BACKBONE.NAME) of depth `depth`, without ImageNet weights."""
-    cfg = get_cfg()
-    cfg.MODEL.DEVICE = device
-    cfg.MODEL.BACKBONE.NAME = backbone
-    cfg.MODEL.BACKBONE.DEPTH = depth
-    cfg.MODEL.BACKBONE.PRETRAIN = False
-    cfg.MODEL.HEADS.WITH_BNNECK = True
-    cfg.MODEL.HEADS.NUM_CLASSES = num_classes
-    cfg.MODEL.LOSSES.NAME = ("CrossEntropyLoss", "TripletLoss")
-    cfg.MODEL.LOSSES.CE.EPSILON = 0.1
-    cfg.MODEL.LOSSES.TRI.HARD_MINING = True
-    cfg.MODEL.LOSSES.TRI.MARGIN = 0.3
-    cfg.INPUT.SIZE_TRAIN = [height, width]
-    cfg.INPUT.SIZE_TEST = [height, width]
-    return cfg
-
-
-def make_batch(batch: int, instances: int, height: int, width: int, device: torch.device):
-    """Random uint8 images with batch // instances identities of `instances` images."""
-    gen = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (batch, 3, height, width), dtype=torch.uint8, generator=gen)
-    targets = torch.arange(batch // instances).repeat_interleave(instances)
-    return {"images": images.to(device), "targets": targets.to(device)}
-
-
 def time_training_steps(model, batch, steps: int, warmup: int, amp_dtype=None, verbose: bool = True):
-    """Return the wall times (s) of `steps` training steps after `warmup` untimed ones
-    (autocast to `amp_dtype` on the model's device when given)."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    """Wall seconds of `steps` SGD steps after `warmup` ones (autocast to `amp_dtype` when given)."""
     model.train()
-
-    def step():
-        with torch.autocast(model.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            losses = model(batch)
-        optimizer.zero_grad(set_to_none=True)
-        sum(losses.values()).backward()
-        optimizer.step()
+    step = train_step(model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), batch, amp_dtype)
 
     def show(index, seconds):
-        tag = "warmup" if index < warmup else "timed"
-        print(f"  step {index + 1}/{warmup + steps} ({tag}): {seconds:.3f}s", flush=True)
+        print(f"  step {index + 1}/{warmup + steps} ({'warmup' if index < warmup else 'timed'}): {seconds:.3f}s", flush=True)
     return timed(step, steps, warmup, model.device, each=show if verbose else None)[0]
 
 
@@ -94,26 +51,18 @@ def main(argv=None):
     for name in args.models:
         depth, height, width = MODELS[name]
         print(f"{name}: building", flush=True)
-        cfg = bot_config(depth, height, width, args.device, num_classes=751)
-        model = build_model(cfg)
-        params = count_parameters(model)
-        flops = count_flops(model, FLOP_SIZE)
-        batch = make_batch(args.batch, args.instances, height, width, model.device)
-        times = time_training_steps(model, batch, args.steps, args.warmup)
-        results[name] = (params, flops, statistics.median(times))
+        model = build_model(bot_config(depth, (height, width), args.device))
+        params, flops = count_parameters(model), count_flops(model, FLOP_SIZE)
+        batch = random_batch(args.batch, args.instances, height, width, model.device)
+        results[name] = (params, flops, statistics.median(time_training_steps(model, batch, args.steps, args.warmup)))
         del model, batch
 
-    print()
-    print(f"{'model':<18} {'params (M)':>10} {'GFLOPs@256x128':>15} {'train step (s)':>15} "
-          f"{'images/s':>9}")
+    print(f"\n{'model':<18} {'params (M)':>10} {'GFLOPs@256x128':>15} {'train step (s)':>15} {'images/s':>9}")
     for name, (params, flops, step) in results.items():
-        print(f"{name:<18} {params / 1e6:>10.2f} {flops / 1e9:>15.3f} {step:>15.3f} "
-              f"{args.batch / step:>9.1f}")
-    names = list(results)
-    for other in names[1:]:
-        print(f"step-time ratio {names[0]} / {other}: "
-              f"{results[names[0]][2] / results[other][2]:.2f}")
-
+        print(f"{name:<18} {params / 1e6:>10.2f} {flops / 1e9:>15.3f} {step:>15.3f} {args.batch / step:>9.1f}")
+    first, *others = results
+    for other in others:
+        print(f"step-time ratio {first} / {other}: {results[first][2] / results[other][2]:.2f}")
 
 if __name__ == "__main__":
     main()

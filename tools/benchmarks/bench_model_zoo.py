@@ -1,22 +1,13 @@
 #!/usr/bin/env python
 """Benchmark the model zoo: every backbone as a BoT model, one table.
 
-For each backbone (MODEL.BACKBONE.NAME + DEPTH) it builds the BoT model (BNNeck, CE +
-hard-mining triplet; no ImageNet weights) and reports:
-- params: parameter count of the whole model (backbone + head with 751 classes);
-- GFLOPs: inference multiply-adds of one 256x128 image (fvcore's count);
-- CPU img/s: inference (eval, no grad) on batches of 32 random 256x128 images;
-- train img/s: full training steps (forward, losses, backward, SGD) on a batch of 32
-  (8 ids x 4 images) on the CPU;
-- with --device cuda, GPU inference and training img/s under AMP (--amp-dtype).
-Figures are medians over the timed iterations after warm-up ones. Rows outside the timed set
-(--timed) get params and GFLOPs only.
-
-Examples:
-    python tools/benchmarks/bench_model_zoo.py                           # the default timed set
-    python tools/benchmarks/bench_model_zoo.py --write docs/MODEL_ZOO.md
-    python tools/benchmarks/bench_model_zoo.py --only osnet --timed all
-    python tools/benchmarks/bench_model_zoo.py --device cuda --amp-dtype bfloat16
+For each backbone (MODEL.BACKBONE.NAME + DEPTH), the BoT model (BNNeck, CE + hard-mining triplet,
+751 classes, no ImageNet weights):
+- params of the whole model, and GFLOPs: inference multiply-adds of one 256x128 image (fvcore);
+- CPU img/s of inference (eval, no grad) and of SGD training steps, batches of 32 (8 ids x 4);
+- with --device cuda, the same on the GPU under AMP (--amp-dtype).
+Medians over the timed iterations after the warm-up; rows outside --timed get params and GFLOPs.
+``--write docs/MODEL_ZOO.md`` writes the table with how it was made.
 """
 import argparse
 import datetime
@@ -26,8 +17,8 @@ import statistics
 import sys
 
 import torch
-from bench_model import bot_config, make_batch, time_training_steps
-from harness import Stopwatch, timed
+from bench_model import time_training_steps
+from harness import Stopwatch, bot_config, random_batch, timed
 
 from reid_engine.modeling import META_ARCH_REGISTRY
 from reid_engine.modeling.meta_arch import count_flops, count_parameters
@@ -68,7 +59,7 @@ def row_name(builder: str, depth: str) -> str:
 def build_bot(builder: str, depth: str, device: str):
     """The BoT model on `builder` / `depth` ("+ibn" sets WITH_IBN), in train mode on `device`."""
     plain_depth, _, variant = depth.partition("+")
-    cfg = bot_config(plain_depth, HEIGHT, WIDTH, device, NUM_CLASSES, backbone=builder)
+    cfg = bot_config(plain_depth, (HEIGHT, WIDTH), device, NUM_CLASSES, backbone=builder)
     cfg.MODEL.BACKBONE.WITH_IBN = variant == "ibn"
     torch.manual_seed(0)
     return META_ARCH_REGISTRY.get(cfg.MODEL.META_ARCHITECTURE).from_config(cfg).to(device)
@@ -76,14 +67,18 @@ def build_bot(builder: str, depth: str, device: str):
 
 def inference_images_per_second(model, batch: int, iters: int, warmup: int, amp_dtype=None) -> float:
     """Median images/s of eval-mode inference on random uint8 batches."""
-    device = model.device
-    images = torch.randint(0, 256, (batch, 3, HEIGHT, WIDTH), dtype=torch.uint8,
-                           generator=torch.Generator().manual_seed(0)).to(device)
+    images = random_batch(batch, 1, HEIGHT, WIDTH, model.device)["images"]
     model.eval()
-    with torch.no_grad(), torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-        times, _ = timed(lambda: model({"images": images}), iters, warmup, device)
+    with torch.no_grad(), torch.autocast(model.device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        times, _ = timed(lambda: model({"images": images}), iters, warmup, model.device)
     model.train()
     return batch / statistics.median(times)
+
+
+def train_images_per_second(model, batch: int, instances: int, iters: int, warmup: int, amp_dtype=None) -> float:
+    """Median images/s of SGD training steps on a random batch of P x `instances` identities."""
+    images = random_batch(batch, instances, HEIGHT, WIDTH, model.device)
+    return batch / statistics.median(time_training_steps(model, images, iters, warmup, amp_dtype, verbose=False))
 
 
 def measure(builder: str, depth: str, args, with_speed: bool) -> dict:
@@ -92,16 +87,12 @@ def measure(builder: str, depth: str, args, with_speed: bool) -> dict:
     row = {"params": count_parameters(model) / 1e6, "gflops": count_flops(model, (HEIGHT, WIDTH)) / 1e9}
     if with_speed:
         row["cpu_infer"] = inference_images_per_second(model, args.batch, args.iters, args.warmup)
-        batch = make_batch(args.batch, args.instances, HEIGHT, WIDTH, model.device)
-        steps = time_training_steps(model, batch, args.iters, args.warmup, verbose=False)
-        row["cpu_train"] = args.batch / statistics.median(steps)
+        row["cpu_train"] = train_images_per_second(model, args.batch, args.instances, args.iters, args.warmup)
         if args.device == "cuda":
             dtype = getattr(torch, args.amp_dtype)
             model = model.to("cuda")
             row["gpu_infer"] = inference_images_per_second(model, args.gpu_batch, args.gpu_iters, 3, dtype)
-            batch = make_batch(args.gpu_batch, args.instances, HEIGHT, WIDTH, model.device)
-            steps = time_training_steps(model, batch, args.gpu_iters, 3, amp_dtype=dtype, verbose=False)
-            row["gpu_train"] = args.gpu_batch / statistics.median(steps)
+            row["gpu_train"] = train_images_per_second(model, args.gpu_batch, args.instances, args.gpu_iters, 3, dtype)
     return row
 
 
@@ -113,8 +104,7 @@ COLUMNS = [("params", "params (M)", "{:.2f}"), ("gflops", "GFLOPs", "{:.2f}"),
 def markdown_table(rows: dict, gpu: bool) -> str:
     """The results as a markdown table (untimed cells: "-")."""
     columns = [c for c in COLUMNS if gpu or not c[0].startswith("gpu")]
-    lines = ["| backbone (NAME-DEPTH) | " + " | ".join(title for _, title, _ in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
+    lines = ["| backbone (NAME-DEPTH) | " + " | ".join(title for _, title, _ in columns) + " |", "|---|" + "---:|" * len(columns)]
     for name, row in rows.items():
         cells = [fmt.format(row[key]) if key in row else "-" for key, _, fmt in columns]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -180,11 +170,9 @@ def main(argv=None):
             timed_row = timed_all or name in args.timed
             with Stopwatch() as watch:
                 rows[name] = measure(builder, depth, args, timed_row)
-            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name].items())
-                  + f" ({watch.wall:.0f}s)", flush=True)
+            print(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in rows[name].items()) + f" ({watch.wall:.0f}s)", flush=True)
     table = markdown_table(rows, args.device == "cuda")
-    print()
-    print(table)
+    print(f"\n{table}")
     if args.write:
         command = "python tools/benchmarks/bench_model_zoo.py " + " ".join(argv if argv is not None else sys.argv[1:])
         write_markdown(args.write, table, args, command.strip())

@@ -1,28 +1,26 @@
 #!/usr/bin/env python
 """Market-size rank metrics from a precomputed distance matrix: ours against fast-reid's Cython evaluator.
 
-Both run in this process on the same float32 distance matrix (3,368 queries x 15,913
-gallery, 751 ids, 6 cameras; random features with identity structure, as in
-bench_evaluation.py), interleaved over rounds (the order alternates each round). It
-prints the median and every time of each, the ratio (Cython / ours) and the largest
-absolute difference of CMC ranks 1-50, mAP and mINP. ``--load N`` runs N busy
-single-threaded processes during the measurement (a shared machine).
+Both run in this process on the same float32 distance matrix (bench_evaluation.py's Market-size
+split), in interleaved rounds whose order alternates. It prints the median and every time of each,
+the ratio (Cython / ours) and the largest difference of CMC ranks 1-50, mAP and mINP. ``--load N``
+runs N busy single-threaded processes meanwhile (a shared machine).
 
-fast-reid is never a dependency of this repository: build its evaluator once in a
-scratch environment with the same Python (3.11) and pass the compiled module, e.g.
+fast-reid is never a dependency: build its evaluator in a scratch environment with the same Python
+(3.11) and pass the compiled module, e.g.
 
     python3.11 -m venv /tmp/fastreid_venv && /tmp/fastreid_venv/bin/pip install cython numpy setuptools
     /tmp/fastreid_venv/bin/pip download --no-deps fastreid==1.4.0 -d /tmp/fastreid_src
     # unzip the wheel, copy fastreid/evaluation/rank_cylib/rank_cy.pyx to /tmp/fastreid_cy, and there
     # build it (-O3) with a setup.py of: setup(ext_modules=cythonize([Extension("rank_cy", ["rank_cy.pyx"],
     #     include_dirs=[numpy.get_include()])])), i.e. /tmp/fastreid_venv/bin/python setup.py build_ext --inplace
-    python tools/benchmarks/bench_rank_vs_fastreid.py \\
+    python tools/benchmarks/bench_rank_vs_fastreid.py \
         --fastreid-rank-cy /tmp/fastreid_cy/rank_cy.cpython-311-x86_64-linux-gnu.so --rounds 7 [--load 1]
 
-To time another version of this package (e.g. the last commit), put it first on PYTHONPATH;
-the path of the module that was timed is printed.
+To time another version of this package, put it first on PYTHONPATH (the timed module's path is printed).
 """
 import argparse
+import contextlib
 import importlib.util
 import os
 import platform
@@ -57,14 +55,10 @@ def fastreid_metrics(rank_cy, dist, qp, gp, qc, gc, max_rank=50):
 
 def cpu_name() -> str:
     """The CPU model from /proc/cpuinfo (platform.processor() is often empty)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    fallback = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), fallback)
+    return fallback
 
 
 def main():
@@ -89,10 +83,8 @@ def main():
     print(f"distance matrix {dist.shape[0]} x {dist.shape[1]} {dist.dtype}, {ids} ids, {cams} cameras; "
           f"{args.rounds} interleaved rounds, {args.load} busy process(es) at nice {args.load_nice}")
 
-    runs = {
-        "ours": lambda: evaluate_rank(dist, qp, gp, qc, gc, max_rank=50),
-        "fast-reid Cython": lambda: fastreid_metrics(rank_cy, dist, qp, gp, qc, gc),
-    }
+    runs = {"ours": lambda: evaluate_rank(dist, qp, gp, qc, gc, max_rank=50),
+            "fast-reid Cython": lambda: fastreid_metrics(rank_cy, dist, qp, gp, qc, gc)}
     results = {name: fn() for name, fn in runs.items()}  # warm-up, and the metrics compared below
     with busy_processes(args.load, args.load_nice):
         time.sleep(1.0 if args.load else 0.0)  # let them reach the scheduler's steady state
@@ -100,8 +92,7 @@ def main():
         load_seen = os.getloadavg()[0]
 
     for name, values in times.items():
-        print(f"  {name:17s} median {statistics.median(values):.3f} s   "
-              f"[{', '.join(f'{v:.3f}' for v in values)}]")
+        print(f"  {name:17s} median {statistics.median(values):.3f} s   [{', '.join(f'{v:.3f}' for v in values)}]")
     ratio = statistics.median(times["fast-reid Cython"]) / statistics.median(times["ours"])
     print(f"  speed-up (Cython median / ours median): {ratio:.2f}x   (load average at the end {load_seen:.2f})")
     ours, theirs = results["ours"], results["fast-reid Cython"]

@@ -1,16 +1,11 @@
 #!/usr/bin/env python
 """Benchmark what preemption costs a multi-process run: the per-step stop agreement.
 
-After every step the workers start an all-reduce (max) of one integer over gloo and read
-its result one step later, so that all of them stop after the same iteration without a
-step waiting for the others (reid_engine.reliability.preemption.StopAgreement). This script
-starts N gloo workers on this machine and times, after a warm-up, the call with a
---step-ms pause between calls (what a training step gives the all-reduce to finish in)
-and, for comparison, a blocking all-reduce; it prints both per step and their share of
-the step.
-
-Usage:
-    python tools/benchmarks/bench_stop_agreement.py [--workers 2] [--calls 2000] [--step-ms 100]
+After every step the workers start an all-reduce (max) of one integer over gloo and read it one
+step later, so that all stop after the same iteration without a step waiting for the others
+(reid_engine.reliability.preemption.StopAgreement). This starts N gloo workers and times, after a
+warm-up, that call with a --step-ms pause between calls (the step the all-reduce overlaps) and a
+blocking all-reduce, per step and as a share of the step.
 """
 import argparse
 import os

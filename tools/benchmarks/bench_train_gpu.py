@@ -1,42 +1,28 @@
 #!/usr/bin/env python
 """Benchmark training throughput: the model-only step, the full trainer loop, the loader alone.
 
-The workload ReID papers use as their baseline: BoT ResNet-50 (configs/Market1501/
-bagtricks_R50.yml: 256x128, batch 64 = 16 ids x 4, last stride 1), from scratch, on
-SyntheticReID (generated under --data-root on first use). For each variant it prints
-images/s and the peak GPU memory of:
-- model: forward, losses, backward and optimizer step on one fixed batch already on the
-  device (no data loading, no hooks);
-- trainer: the real DefaultTrainer built from the config (data loader, prefetcher, hooks,
-  logging, loss staging), timed over --iters iterations after --warmup;
+The baseline workload of ReID papers: BoT ResNet-50 (configs/Market1501/bagtricks_R50.yml) from
+scratch on SyntheticReID (generated under --data-root on first use). Per variant, images/s and
+the peak GPU memory of:
+- model: forward, losses, backward and optimizer step on one fixed batch on the device;
+- trainer: the real DefaultTrainer loop (loader, prefetcher, hooks, logging, loss staging);
 - loader: the training data loader alone (decode, augment, collate), no model.
-Variants: fp32, fp16, bf16 (SOLVER.AMP.DTYPE), +cl (MODEL.CHANNELS_LAST on), +compile
-(MODEL.COMPILE default), +compile:MODE (any MODEL.COMPILE mode: reduce-overhead = CUDA graphs,
-max-autotune, max-autotune-no-cudagraphs, auto), +auto (MODEL.COMPILE auto, the default);
-without one of these the variant runs eager. The table names the compile mode each trainer
-run used and, under auto, whether and why it fell back to eager. Throughput is measured over
-the whole timed window with one device synchronisation at each end, never per step; under
-compile, --warmup must cover the compilation (and, for auto, its 12 guarded first steps).
+Variants: fp32, fp16, bf16 (SOLVER.AMP.DTYPE), +cl (MODEL.CHANNELS_LAST on), +compile (MODEL.COMPILE
+default), +compile:MODE (any MODEL.COMPILE mode: reduce-overhead = CUDA graphs, max-autotune, ...),
++auto (MODEL.COMPILE auto); else eager. The table names each trainer run's compile mode and auto's
+fallback with its reason. Throughput is one window of --iters iterations after --warmup (which
+must cover compilation, and auto's 12 guarded first steps), synchronised at its two ends only.
 
-Examples:
-    python tools/benchmarks/bench_train_gpu.py                               # on a CUDA machine
-    python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile --iters 200
     python tools/benchmarks/bench_train_gpu.py --variants bf16+cl bf16+cl+compile:reduce-overhead \
         bf16+cl+compile:max-autotune bf16+cl+auto --iters 200 --warmup 40
-    python tools/benchmarks/bench_train_gpu.py --device cpu --depth 18x --size 64 32 --batch 16 \
-        --iters 4 --warmup 1 --variants fp32 bf16       # a smoke run on a CPU
-(tests/tools/test_benchmarks.py runs it on SyntheticReIDTiny in the suite, so that it cannot
-break unnoticed.)
 """
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 
 import torch
-from bench_model import make_batch
-from harness import StepTimer, TrainOnly, interleaved
+from harness import REPO, StepTimer, TrainOnly, interleaved, print_command, print_table, random_batch, train_step
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_reid_train_loader
@@ -47,7 +33,6 @@ from reid_engine.runtime.compiled import mark_step_begin
 from reid_engine.solver import build_optimizer
 from reid_engine.utils.logger import setup_logger
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_VARIANTS = ["fp32", "fp16", "bf16", "bf16+cl", "bf16+cl+compile"]
 
 
@@ -56,24 +41,14 @@ def variant_config(args, variant: str, output_dir: str):
     cfg = get_cfg()
     cfg.merge_from_file(args.config_file)
     parts = variant.split("+")
-    cfg.MODEL.DEVICE = args.device
-    cfg.MODEL.BACKBONE.DEPTH = args.depth
-    cfg.MODEL.BACKBONE.PRETRAIN = False
-    cfg.MODEL.CHANNELS_LAST = "on" if "cl" in parts else "off"
-    cfg.MODEL.COMPILE = variant_compile_mode(parts)
-    cfg.MODEL.COMPILE_BACKEND = args.compile_backend
-    cfg.SOLVER.AMP.ENABLED = parts[0] != "fp32"
-    cfg.SOLVER.AMP.DTYPE = {"fp16": "float16", "bf16": "bfloat16"}.get(parts[0], "auto")
-    cfg.SOLVER.IMS_PER_BATCH = args.batch
-    cfg.SOLVER.CHECKPOINT_PERIOD = 10_000
-    cfg.INPUT.SIZE_TRAIN = list(args.size)
-    cfg.INPUT.SIZE_TEST = list(args.size)
-    cfg.DATASETS.NAMES = (args.dataset,)
-    cfg.DATASETS.TESTS = (args.dataset,)
-    cfg.DATASETS.ROOT = args.data_root
-    cfg.DATALOADER.NUM_WORKERS = args.workers
-    cfg.OUTPUT_DIR = output_dir
-    cfg.SEED = 0
+    cfg.merge_from_list([
+        "MODEL.DEVICE", args.device, "MODEL.BACKBONE.DEPTH", args.depth, "MODEL.BACKBONE.PRETRAIN", False,
+        "MODEL.CHANNELS_LAST", "on" if "cl" in parts else "off", "MODEL.COMPILE", variant_compile_mode(parts),
+        "MODEL.COMPILE_BACKEND", args.compile_backend, "SOLVER.AMP.ENABLED", parts[0] != "fp32",
+        "SOLVER.AMP.DTYPE", {"fp16": "float16", "bf16": "bfloat16"}.get(parts[0], "auto"),
+        "SOLVER.IMS_PER_BATCH", args.batch, "SOLVER.CHECKPOINT_PERIOD", 10_000, "INPUT.SIZE_TRAIN", list(args.size),
+        "INPUT.SIZE_TEST", list(args.size), "DATASETS.NAMES", (args.dataset,), "DATASETS.TESTS", (args.dataset,),
+        "DATASETS.ROOT", args.data_root, "DATALOADER.NUM_WORKERS", args.workers, "OUTPUT_DIR", output_dir, "SEED", 0])
     return cfg
 
 
@@ -95,20 +70,9 @@ def bench_model_step(cfg, args, num_classes: int) -> tuple:
     optimizer = build_optimizer(cfg, model)
     dtype = resolve_amp_dtype(cfg.SOLVER.AMP.DTYPE, device.type) if cfg.SOLVER.AMP.ENABLED else None
     scaler = torch.amp.GradScaler(device.type) if dtype == torch.float16 else None
-    batch = make_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, device)
-
-    def step():
-        mark_step_begin(model)  # CUDA graphs: a new step (as CompileGuard does in the trainer)
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            loss = sum(model(batch).values())
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+    batch = random_batch(args.batch, cfg.DATALOADER.NUM_INSTANCE, *args.size, device)
+    # CUDA graphs: mark a new step, as CompileGuard does in the trainer
+    step = train_step(model, optimizer, batch, dtype, scaler, before=lambda: mark_step_begin(model))
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -173,15 +137,14 @@ def main(argv=None):
                   f"trainer {trainer_ips:.0f} img/s ({trainer_gb:.2f} GB), compile: {compiled}", flush=True)
         loader_ips = None if args.skip_loader else bench_loader(variant_config(args, "fp32", out), args)
     print()
-    print("| variant | model-only img/s | peak GB | trainer loop img/s | peak GB | trainer / model | compile |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    for variant, model_ips, model_gb, trainer_ips, trainer_gb, compiled in rows:
-        print(f"| {variant} | {model_ips:.0f} | {model_gb:.2f} | {trainer_ips:.0f} | {trainer_gb:.2f} | "
-              f"{trainer_ips / model_ips:.2f} | {compiled} |")
+    print_table(("variant", "model-only img/s", "peak GB", "trainer loop img/s", "peak GB", "trainer / model", "compile"),
+                ((variant, f"{model_ips:.0f}", f"{model_gb:.2f}", f"{trainer_ips:.0f}", f"{trainer_gb:.2f}",
+                  f"{trainer_ips / model_ips:.2f}", compiled)
+                 for variant, model_ips, model_gb, trainer_ips, trainer_gb, compiled in rows), "lrrrrr")
     if loader_ips is not None:
         print(f"\nloader alone: {loader_ips:.0f} img/s ({args.workers} workers)"
               + (f"; median trainer rate {statistics.median(r[3] for r in rows):.0f} img/s" if rows else ""))
-    print("command: python tools/benchmarks/bench_train_gpu.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print_command(__file__, argv)
 
 
 if __name__ == "__main__":

@@ -2,44 +2,33 @@
 """Benchmark the training loader: JPEG decode + augmentations, per image or batched on the device,
 with and without the decoded-image cache (DATALOADER.CACHE_IMAGES).
 
-By default writes a Market-1501-style folder of small JPEGs (128x64 and 128x48, like Market's
-crops) into a temporary data root and uses the BoT input recipe at 256x128; ``--config`` takes
-a config file's inputs and data set instead (e.g. the main job's, with ``--data-root``). Then
-measures
+By default it writes Market-1501-style JPEGs (128x64 and 128x48) into a temporary data root and
+uses the BoT input recipe at 256x128; ``--config`` takes a config file's inputs and data set
+(with ``--data-root``). It measures, in interleaved rounds (medians and their ratios):
 
 1. the per-sample pipeline (read_image + transforms) in this process, per stage, for both
-   placements of flip / pad-crop / random erasing (INPUT.DEVICE_AUGMENT off: in the
-   per-image pipeline; on: the workers only decode and resize, and :class:`BatchAugmentation`
-   applies them to the batch on ``--device``, timed separately);
-2. ``build_reid_train_loader`` with 0, 1, ... N loader workers, each count with both
-   placements and each ``--cache`` setting, in interleaved rounds (the batched placement
-   includes the batch ops in the main process, as the trainer runs them; the cache is filled
-   when the loader is built, before the timed batches: its fill time is printed apart);
-   medians over the rounds and their ratios.
+   placements of flip / pad-crop / random erasing (INPUT.DEVICE_AUGMENT off: per image; on: the
+   workers decode and resize, :class:`BatchAugmentation` applies them to the batch on ``--device``);
+2. ``build_reid_train_loader`` with each --workers count, both placements and each ``--cache``
+   setting (the batched placement includes the batch ops, as the trainer runs them; the cache fills
+   when the loader is built, before the timed batches: its fill time is printed apart).
 
-Images per second are given against wall time and against CPU time (the CPU seconds the
-decoding processes spent), since on a shared machine the wall rate reflects the load of
-other processes while the CPU rate is the cost of the pipeline itself. The target is at
-least 1,000 images/s per worker process.
-
-Usage:
-    python tools/benchmarks/bench_train_loader.py [--images 3000] [--batches 40]
-        [--workers 0 1 2] [--rounds 3] [--cache off on] [--keep DIR]
-    python tools/benchmarks/bench_train_loader.py --config configs/SyntheticReID/bagtricks_R18-half-ibn.yml \
-        --data-root datasets [--device cpu]
+Images per second against wall time (the machine's load) and against the decoding processes' CPU
+time (the pipeline's cost). The target is at least 1,000 images/s per worker process.
 """
 
 import argparse
+import contextlib
 import logging
 import os
-import statistics
 import tempfile
 from typing import Dict, List
 
 import numpy as np
+import psutil
 import torch
 from bench_decode import pedestrian_like
-from harness import Stopwatch, timed
+from harness import Stopwatch, in_rounds, medians, synchronize, timed
 
 from reid_engine.config import get_cfg
 from reid_engine.data import build_batch_augmentation, build_reid_train_loader, build_transforms, read_image
@@ -64,46 +53,33 @@ def write_market_like(root: str, num_images: int, num_ids: int, seed: int = 0) -
             pedestrian_like(rng, 128, width).save(os.path.join(folder, name), quality=90)
 
 
-def bot_config(root: str, workers: int):
+def bot_config(root: str):
     """The BoT training input recipe: 256x128, flip, pad 10 + crop, random erasing; 16 x 4."""
     cfg = get_cfg()
-    cfg.DATASETS.ROOT = root
-    cfg.DATASETS.NAMES = ("Market1501",)
-    cfg.INPUT.SIZE_TRAIN = [256, 128]
-    cfg.INPUT.FLIP.ENABLED = True
-    cfg.INPUT.PADDING.ENABLED = True
-    cfg.INPUT.PADDING.SIZE = 10
-    cfg.INPUT.REA.ENABLED = True
-    cfg.DATALOADER.SAMPLER_TRAIN = "NaiveIdentitySampler"
-    cfg.DATALOADER.NUM_INSTANCE = 4
-    cfg.DATALOADER.NUM_WORKERS = workers
-    cfg.SOLVER.IMS_PER_BATCH = 64
-    cfg.SEED = 0
+    cfg.merge_from_list(["DATASETS.ROOT", root, "DATASETS.NAMES", ("Market1501",), "INPUT.SIZE_TRAIN", [256, 128],
+                         "INPUT.FLIP.ENABLED", True, "INPUT.PADDING.ENABLED", True, "INPUT.PADDING.SIZE", 10,
+                         "INPUT.REA.ENABLED", True, "DATALOADER.SAMPLER_TRAIN", "NaiveIdentitySampler",
+                         "DATALOADER.NUM_INSTANCE", 4, "SOLVER.IMS_PER_BATCH", 64, "SEED", 0])
     return cfg
 
 
 def with_placement(cfg, workers: int, batched: bool, device: str = "cpu", cache: str = "off"):
-    """A copy of ``cfg`` with ``workers`` loader workers, the three ops per image or batched, and
-    DATALOADER.CACHE_IMAGES ``cache``."""
+    """A copy of ``cfg``: ``workers`` loader workers, the three ops per image or batched, CACHE_IMAGES ``cache``."""
     cfg = cfg.clone()
     cfg.defrost()
-    cfg.DATALOADER.NUM_WORKERS = workers
-    cfg.DATALOADER.CACHE_IMAGES = cache
-    cfg.INPUT.DEVICE_AUGMENT = "on" if batched else "off"
-    cfg.MODEL.DEVICE = device
+    cfg.merge_from_list(["DATALOADER.NUM_WORKERS", workers, "DATALOADER.CACHE_IMAGES", cache,
+                         "INPUT.DEVICE_AUGMENT", "on" if batched else "off", "MODEL.DEVICE", device])
     return cfg
 
 
 def _train_paths(cfg, count: int) -> List[str]:
     """``count`` training image paths of the config's data set (repeated when it has fewer)."""
-    items = build_reid_train_loader(with_placement(cfg, 0, False)).dataset.items
-    paths = [item[0] for item in items]
+    paths = [item[0] for item in build_reid_train_loader(with_placement(cfg, 0, False)).dataset.items]
     return (paths * (count // len(paths) + 1))[:count]
 
 
 def _rate(fn, count: int, step: int = 1):
-    """(images/s wall, images/s CPU) of calling ``fn(i)`` for i in range(0, count, step), each
-    call handling ``step`` images."""
+    """(images/s wall, images/s CPU) of ``fn(i)`` for i in range(0, count, step), ``step`` images a call."""
     with Stopwatch() as watch:
         for i in range(0, count, step):
             fn(i)
@@ -111,8 +87,7 @@ def _rate(fn, count: int, step: int = 1):
 
 
 def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, tuple]:
-    """Time read_image and each transform stage in this process, per image and batched, in
-    ``rounds`` interleaved rounds; return ``{stage: (median images/s wall, images/s CPU)}``."""
+    """``{stage: (median images/s wall, images/s CPU)}`` of read_image and the transforms here, in rounds."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in a loader worker
     per_image = build_transforms(with_placement(cfg, 0, False), is_train=True)
@@ -131,11 +106,8 @@ def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, t
         cached = [per_image.prefix(img) for img in decoded]
         stages += (("cached image + augment, per image",
                     lambda i: per_image(cached[i % len(cached)], sample_rng(0, 0, i), from_prefix=True)),)
-    samples: Dict[str, List[tuple]] = {}
-    for _ in range(rounds):
-        for name, fn in stages:
-            samples.setdefault(name, []).append(_rate(fn, count))
-    results = {name: tuple(statistics.median(r[k] for r in rates) for k in range(2)) for name, rates in samples.items()}
+    samples = in_rounds({name: lambda fn=fn: _rate(fn, count) for name, fn in stages}, rounds)
+    results = {name: medians(rates) for name, rates in samples.items()}
     torch.set_num_threads(threads)  # the batch ops run in the main process, with its threads
     augment = build_batch_augmentation(with_placement(cfg, 0, True, device), device, seed=0)
     if augment is not None:
@@ -146,32 +118,23 @@ def bench_pipeline(cfg, count: int, device: str, rounds: int = 1) -> Dict[str, t
 
         def batch_ops(_):
             augment.apply(batch)
-            if batch.device.type == "cuda":
-                torch.cuda.synchronize()
+            synchronize(batch.device)
         rates = [_rate(batch_ops, count - count % batch_size, batch_size) for _ in range(rounds)]
-        results[f"batch ops on {device} (main process)"] = tuple(statistics.median(r[k] for r in rates) for k in range(2))
+        results[f"batch ops on {device} (main process)"] = medians(rates)
     return results
 
 
 def _children_cpu_seconds() -> float:
     """CPU seconds (user + system) used so far by the live child processes of this process."""
-    me, total, tick = os.getpid(), 0.0, os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me:  # fields[1] is the parent pid
-            total += (int(fields[11]) + int(fields[12])) / tick
+    total = 0.0
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.NoSuchProcess):  # a child that ended meanwhile
+            total += sum(child.cpu_times()[:2])
     return total
 
 
 def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
-    """Iterate ``batches`` batches after a warm-up, applying the batch ops as the trainer does
-    (when the config moves them); return throughput figures."""
+    """Throughput of ``batches`` batches after a warm-up, the batch ops applied as the trainer does."""
     with Stopwatch() as build:
         loader = build_reid_train_loader(cfg)
     workers = cfg.DATALOADER.NUM_WORKERS
@@ -190,8 +153,7 @@ def bench_loader(cfg, batches: int, device: str) -> Dict[str, float]:
             images += len(batch["targets"])
     decode_cpu = (_children_cpu_seconds() - child_cpu) if workers else watch.cpu
     loader.close()
-    return {"images/s": images / watch.wall,
-            "images/s per worker": images / watch.wall / max(workers, 1),
+    return {"images/s": images / watch.wall, "images/s per worker": images / watch.wall / max(workers, 1),
             "images per worker CPU-s": images / decode_cpu if decode_cpu > 0 else float("nan"),
             "batch ops ms/batch": 1000 * augment_seconds / batches, "build s": build.wall}
 
@@ -226,37 +188,28 @@ def main(argv: List[str] = None) -> None:
             if not os.path.isdir(os.path.join(root, "Market-1501-v15.09.15")):
                 print(f"writing {args.images} JPEGs (128x64 / 128x48) under {root} ...", flush=True)
                 write_market_like(root, args.images, args.ids)
-            cfg = bot_config(root, 0)
+            cfg = bot_config(root)
             recipe = "BoT: resize 256x128 bicubic"
         moved = ", ".join(name for name, on in (("pad-crop", cfg.INPUT.PADDING.ENABLED), ("flip", cfg.INPUT.FLIP.ENABLED),
                                                 ("erasing", cfg.INPUT.REA.ENABLED)) if on)
-        print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, "
-              f"load average {os.getloadavg()[0]:.1f}")
+        print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, load average {os.getloadavg()[0]:.1f}")
         print(f"\nper-sample pipeline in one process ({recipe}; batched: {moved} on {args.device})")
         for name, (wall, cpu) in bench_pipeline(cfg, min(args.images, 1000), args.device, args.rounds).items():
             print(f"  {name:36s} {wall:8.0f} images/s wall   {cpu:8.0f} images/CPU-s")
         print(f"\ntrain loader, batches of {cfg.SOLVER.IMS_PER_BATCH}, {args.batches} timed batches, "
               f"{args.rounds} interleaved rounds (medians)")
-        runs: Dict[tuple, List[Dict[str, float]]] = {}
-        for _ in range(args.rounds):
-            for workers in args.workers:
-                for cache in args.cache:
-                    for batched in (False, True):
-                        r = bench_loader(with_placement(cfg, workers, batched, args.device, cache), args.batches,
-                                         args.device)
-                        runs.setdefault((workers, cache, batched), []).append(r)
+        runs = in_rounds({(workers, cache, batched): lambda key=(workers, cache, batched): bench_loader(
+            with_placement(cfg, key[0], key[2], args.device, key[1]), args.batches, args.device)
+            for workers in args.workers for cache in args.cache for batched in (False, True)}, args.rounds)
         print(f"  {'workers':>7s} {'cache':>5s} {'placement':>10s} {'images/s':>10s} {'per worker':>11s} "
               f"{'per worker CPU-s':>17s} {'vs 1000/worker':>15s} {'batch ops ms':>13s} {'build s':>8s} "
               f"{'batched/per image':>18s} {'cached/decoded':>15s}")
         for (workers, cache, batched), results in runs.items():
-            median = {key: statistics.median(r[key] for r in results) for key in results[0]}
+            median = medians(results)
             rate = median["images per worker CPU-s"]
-            ratios = []
-            for other in ((workers, cache, False) if batched else None, (workers, "off", batched) if cache == "on" else None):
-                if other is None or other not in runs:
-                    ratios.append("")
-                else:
-                    ratios.append(f"{median['images/s'] / statistics.median(r['images/s'] for r in runs[other]):.2f}x")
+            others = ((workers, cache, False) if batched else None, (workers, "off", batched) if cache == "on" else None)
+            ratios = [f"{median['images/s'] / medians(runs[other])['images/s']:.2f}x" if other in runs else ""
+                      for other in others]
             print(f"  {workers:7d} {cache:>5s} {'batched' if batched else 'per image':>10s} {median['images/s']:10.0f} "
                   f"{median['images/s per worker']:11.0f} {rate:17.0f} {rate / TARGET_PER_WORKER:14.2f}x "
                   f"{median['batch ops ms/batch']:13.1f} {median['build s']:8.1f} {ratios[0]:>18s} {ratios[1]:>15s}",

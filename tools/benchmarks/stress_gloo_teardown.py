@@ -1,30 +1,22 @@
 #!/usr/bin/env python
 """Stress the end of two-worker gloo jobs: count workers that finish their work, then die of a signal.
 
-Each run is a real job of two spawned workers (launch's start method): one DDP training
-step of a tiny model (DDP keeps the process group alive past destroy_process_group, as in
-every training run) and an object all-gather (what the evaluation does), then the end of
-the worker, in one of three ways (--mode):
+Each run is a real job of two spawned workers: one DDP training step of a tiny model (DDP keeps
+the process group alive past destroy_process_group) and an object all-gather (as the evaluation
+does), then the end of the worker in one of three ways (--mode):
 
-- test-before: the failing test's worker before issue 37 (barrier, destroy the group,
-  return; the interpreter finalizes with gloo's threads still running);
+- test-before: the failing test's worker before issue 37 (barrier, destroy the group, return);
 - launch-before: `launch`'s worker before issue 37 (its barrier and teardown, then return);
 - after: `launch`'s worker as it is now (teardown, then `reliability.rendezvous.end_worker`).
 
-A run counts as an abort when a worker ends with SIGABRT (or with another signal after
-"terminate called ..."), as failed when a worker ends otherwise non-zero or the run hangs
-past --run-timeout. Aborts are rare on an idle machine
-(a gloo thread must still be releasing its last collective when the interpreter
-finalizes); `--starve` (default) makes them likely the way a loaded CI machine does, by
-pinning each worker to one CPU and running gloo's worker threads at SCHED_IDLE for the
-all-gather and the teardown. Every worker writes its stderr to a file (faulthandler on);
-the first failures of each mode are printed.
-
-Usage:
-    python tools/benchmarks/stress_gloo_teardown.py [--runs 200] [--mode test-before|launch-before|after|all]
-        [--parallel 3] [--no-starve]
+An abort is a worker ending with SIGABRT (or another signal after "terminate called ..."); a
+failure, a worker ending otherwise non-zero or a run hanging past --run-timeout. Aborts are rare on
+an idle machine; `--starve` (default) makes them likely, as a loaded CI machine does, by pinning
+each worker to one CPU and running gloo's threads at SCHED_IDLE for the all-gather and the
+teardown. Each worker's stderr goes to a file (faulthandler on); the first failures are printed.
 """
 import argparse
+import contextlib
 import faulthandler
 import importlib
 import os
@@ -110,8 +102,7 @@ def _worker_launch_before(local_rank: int, dist_url: str, log_dir: str, starve: 
 def _worker_after(local_rank: int, dist_url: str, log_dir: str, starve: bool) -> None:
     """`launch`'s worker as it is now."""
     _capture_stderr(log_dir, local_rank)
-    launch_module._distributed_worker(local_rank, _job, WORLD, WORLD, 0, "gloo", dist_url, (starve,),
-                                      _TIMEOUT, 120.0, None)
+    launch_module._distributed_worker(local_rank, _job, WORLD, WORLD, 0, "gloo", dist_url, (starve,), _TIMEOUT, 120.0, None)
 
 
 _WORKERS = {"test-before": _worker_test_before, "launch-before": _worker_launch_before, "after": _worker_after}
@@ -143,11 +134,9 @@ class _Run:
 
     def stderr(self, rank: int) -> str:
         """What worker `rank` wrote to its stderr ("" if it died before opening the file)."""
-        try:
-            with open(os.path.join(self.log_dir, f"rank{rank}.err"), errors="replace") as f:
-                return f.read().strip()
-        except FileNotFoundError:
-            return ""
+        with contextlib.suppress(FileNotFoundError), open(os.path.join(self.log_dir, f"rank{rank}.err"), errors="replace") as f:
+            return f.read().strip()
+        return ""
 
     def aborted(self, codes: List[Optional[int]]) -> bool:
         """Whether a worker died of SIGABRT, or of another signal after std::terminate (faulthandler's
@@ -183,8 +172,7 @@ def stress(mode: str, runs: int, parallel: int, starve: bool, run_timeout: float
                 shown += 1
                 print(f"[{mode}] run {counts['runs']}: exit codes {codes}\n{run.stderr_tails()}", flush=True)
             if counts["runs"] % 25 == 0:
-                print(f"[{mode}] {counts['runs']}/{runs} runs, {counts['aborts']} aborts, {counts['failed']} failed",
-                      flush=True)
+                print(f"[{mode}] {counts['runs']}/{runs} runs, {counts['aborts']} aborts, {counts['failed']} failed", flush=True)
     return counts
 
 

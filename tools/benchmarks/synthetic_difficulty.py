@@ -1,16 +1,15 @@
 """How hard is SyntheticReID? Retrieval accuracy of color-histogram baselines.
 
-A trained model must reach 80% mAP on SyntheticReID; a color histogram must stay far
-below, or the benchmark would only test color matching. Prints mAP / Rank-1 of a global
-8x8x8 RGB histogram and of per-stripe histograms (6 horizontal stripes), cosine distance,
-on the image files and on an ideal re-rendering of the person pixels alone (no background,
-color cast, blur, noise or occlusion), which isolates the effect of shared clothing colors.
-
-    python tools/benchmarks/synthetic_difficulty.py --root /tmp/reid_data
+A trained model must reach 80% mAP on SyntheticReID; a color histogram must stay far below, or the
+benchmark would only test color matching. Prints mAP / Rank-1 of a global 8x8x8 RGB histogram and
+of 6 stripes' histograms, cosine distance, on the image files and on an ideal re-rendering of the
+person pixels alone (no background, color cast, blur, noise or occlusion): shared clothing colors
+alone. ``python tools/benchmarks/synthetic_difficulty.py --root /tmp/reid_data``
 """
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 
@@ -26,13 +25,9 @@ logger = logging.getLogger("synthetic_difficulty")
 
 
 def color_histogram(img: np.ndarray, bins: int, stripes: int, keep=None) -> np.ndarray:
-    """L2-normalised RGB histogram (``bins`` per channel) per horizontal stripe of an HxWx3 image.
-
-    ``keep`` (HxW bool) restricts the count to those pixels.
-    """
+    """L2-normalised RGB histogram (``bins`` per channel) per horizontal stripe, of the ``keep`` pixels (HxW bool) only."""
     img = img.astype(np.int64)
-    code = ((img[..., 0] * bins // 256) * bins + img[..., 1] * bins // 256) * bins \
-        + img[..., 2] * bins // 256
+    code = ((img[..., 0] * bins // 256) * bins + img[..., 1] * bins // 256) * bins + img[..., 2] * bins // 256
     keep = np.ones(code.shape, bool) if keep is None else keep
     parts = zip(np.array_split(code, stripes, axis=0), np.array_split(keep, stripes, axis=0))
     hist = np.concatenate([np.bincount(c[k], minlength=bins ** 3) for c, k in parts])
@@ -50,12 +45,8 @@ def file_histograms(paths, bins: int, stripes: int) -> np.ndarray:
 
 
 def ideal_person_histograms(dataset_dir: str, paths, bins: int, stripes: int) -> np.ndarray:
-    """Histograms of the *person pixels only*, re-rendered without camera effects.
-
-    Each image is drawn again with the same pose and view but a flat green background, no
-    color cast, haze, blur, noise or occlusion; only non-background pixels are counted.
-    This is the best a color histogram could do, so it measures color sharing alone.
-    """
+    """Histograms of the *person pixels only*, each image re-rendered with the same pose and view on a flat
+    green background without camera effects: the best a color histogram could do (color sharing alone)."""
     marker = read_marker(dataset_dir)
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in marker["spec"].items()}
     world = SyntheticWorld(SyntheticSpec(**fields))
@@ -65,11 +56,9 @@ def ideal_person_histograms(dataset_dir: str, paths, bins: int, stripes: int) ->
     for path in paths:
         item = by_path[os.path.relpath(path, dataset_dir)]
         cam = world.cameras[item.camera]
-        neutral = dataclasses.replace(cam, background=np.full_like(cam.background, key),
-                                      gain=(1.0, 1.0, 1.0), haze=0.0, blur=0.0)
+        neutral = dataclasses.replace(cam, background=np.full_like(cam.background, key), gain=(1.0, 1.0, 1.0), haze=0.0, blur=0.0)
         rng = np.random.default_rng([world.spec.seed, 1, item.identity, item.camera, item.frame])
-        img = np.asarray(render_image(world.identities[item.identity], neutral, rng, 0.0, 0.0,
-                                      0.0)).astype(np.int64)
+        img = np.asarray(render_image(world.identities[item.identity], neutral, rng, 0.0, 0.0, 0.0)).astype(np.int64)
         person = np.abs(img - np.array(key)).sum(-1) > 60
         feats.append(color_histogram(img, bins, stripes, keep=person))
     return np.stack(feats)
@@ -85,28 +74,23 @@ def evaluate(distmat, q, g):
 def main() -> None:
     """Parse arguments, build the dataset if needed and print the baseline figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="", help="data root (default: $REID_DATASETS or "
-                                                   "./datasets)")
+    parser.add_argument("--root", default="", help="data root (default: $REID_DATASETS or ./datasets)")
     parser.add_argument("--dataset", default="SyntheticReID")
     parser.add_argument("--bins", type=int, default=8)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ds = get_dataset(args.dataset, resolve_data_root(args.root))
     paths = [p for p, _, _ in ds.query + ds.gallery]
-    variants = [("image files", 1, file_histograms), ("image files", 6, file_histograms),
-                ("ideal: person pixels, no camera effects", 1,
-                 lambda p, b, s: ideal_person_histograms(ds.dataset_dir, p, b, s)),
-                ("ideal: person pixels, no camera effects", 6,
-                 lambda p, b, s: ideal_person_histograms(ds.dataset_dir, p, b, s))]
-    for what, stripes, features in variants:
-        with Stopwatch() as watch:
-            feats = features(paths, args.bins, stripes)
-            qf, gf = feats[:len(ds.query)], feats[len(ds.query):]
-            mAP, rank1 = evaluate(1.0 - qf @ gf.T, ds.query, ds.gallery)
-        print(f"{args.dataset} {args.bins}x{args.bins}x{args.bins} RGB histogram, {stripes} "
-              f"stripe(s), cosine, {what}: mAP {mAP:.1f}%  Rank-1 {rank1:.1f}%  "
-              f"({len(ds.query)} q x {len(ds.gallery)} g, {watch.wall:.1f} s, "
-              "metrics: reid_engine.evaluation.evaluate_rank)")
+    ideal = functools.partial(ideal_person_histograms, ds.dataset_dir)
+    for what, features in (("image files", file_histograms), ("ideal: person pixels, no camera effects", ideal)):
+        for stripes in (1, 6):
+            with Stopwatch() as watch:
+                feats = features(paths, args.bins, stripes)
+                qf, gf = feats[:len(ds.query)], feats[len(ds.query):]
+                mAP, rank1 = evaluate(1.0 - qf @ gf.T, ds.query, ds.gallery)
+            print(f"{args.dataset} {args.bins}x{args.bins}x{args.bins} RGB histogram, {stripes} stripe(s), cosine, {what}: "
+                  f"mAP {mAP:.1f}%  Rank-1 {rank1:.1f}%  ({len(ds.query)} q x {len(ds.gallery)} g, {watch.wall:.1f} s, "
+                  "metrics: reid_engine.evaluation.evaluate_rank)")
 
 
 if __name__ == "__main__":
