@@ -59,6 +59,7 @@ def test_ir_carries_the_contract_and_matches_pytorch(exported, capsys):
     assert "feature_dim: 512" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch and OpenVINO
 def test_loading_leaves_the_signal_stack_as_it_was(exported):
     # OpenVINO's first compile on a thread installs an ~11 KB alternate signal stack there, on which a
     # Python-handled SIGCHLD (a loader worker ending) could crash the process: a fresh process shows it.
@@ -105,6 +106,7 @@ def test_reid_extract_with_the_openvino_backend_equals_pytorch(exported, tiny_co
     np.testing.assert_allclose(outputs["openvino"]["features"], outputs["pytorch"]["features"], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # two evaluations; the fast tier keeps eval-only on an ONNX file (test_deploy) and IR == PyTorch
 def test_eval_only_evaluates_the_ir_like_the_onnx_file(exported, tiny_config_file, tmp_path):
     from reid_engine.cli import train as train_cli
 

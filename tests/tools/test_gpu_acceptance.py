@@ -108,6 +108,7 @@ def test_the_archive_holds_the_logs_while_the_run_goes_on(tmp_path):
     assert rows == [{"part": "stubborn", "status": "interrupted"}], output
 
 
+@pytest.mark.slow  # the env probe imports torch in a fresh interpreter
 def test_where_the_package_does_not_import_only_the_env_facts_are_printed(tmp_path, monkeypatch, capfd):
     monkeypatch.setitem(sys.modules, "reid_engine.utils.file_io", None)  # its import now fails
     assert _load().main(_dirs(tmp_path)) == 1
@@ -137,7 +138,7 @@ def _window(path):
 def test_shared_parts_run_at_once_only_with_several_jobs(acceptance, tmp_path, jobs):
     a, b = tmp_path / "a.times", tmp_path / "b.times"
     rc = acceptance.main(_dirs(tmp_path) + [
-        "--fake-shared-part", "a=" + WINDOW.format(a, 2), "--fake-shared-part", "b=" + WINDOW.format(b, 2),
+        "--fake-shared-part", "a=" + WINDOW.format(a, 1), "--fake-shared-part", "b=" + WINDOW.format(b, 1),
         "--parts", "a", "b", "--jobs", str(jobs), "--min-start", "0"])
     assert rc == 0
     rows = _rows(tmp_path)
