@@ -152,11 +152,11 @@ def test_a_shared_part_over_its_cap_is_killed_with_its_child_beside_a_neighbour(
     rc = acceptance.main(_dirs(tmp_path) + [
         "--fake-shared-part", "stubborn=" + STUBBORN_PARENT.format(pids),
         "--fake-shared-part", "neighbour=" + WINDOW.format(tmp_path / "n.times", 1),
-        "--parts", "stubborn", "neighbour", "--caps", "stubborn=3", "--grace", "0.5", "--min-start", "0", "--jobs", "2"])
+        "--parts", "stubborn", "neighbour", "--caps", "stubborn=2", "--grace", "0.5", "--min-start", "0", "--jobs", "2"])
     assert rc == 0
     rows = _rows(tmp_path)
     assert [(r["part"], r["status"], r["shared"]) for r in rows] == [
-        ("stubborn", "killed after 3 s (cap)", 1), ("neighbour", "ok", 1)]
+        ("stubborn", "killed after 2 s (cap)", 1), ("neighbour", "ok", 1)]
     parent, child = map(int, pids.read_text().split())
     assert _gone(parent) and _gone(child), "a process of the killed part's group survived"
 
