@@ -108,6 +108,7 @@ def test_the_archive_holds_the_logs_while_the_run_goes_on(tmp_path):
     assert rows == [{"part": "stubborn", "status": "interrupted"}], output
 
 
+@pytest.mark.slow  # the env probe imports torch in a fresh interpreter
 def test_where_the_package_does_not_import_only_the_env_facts_are_printed(tmp_path, monkeypatch, capfd):
     monkeypatch.setitem(sys.modules, "reid_engine.utils.file_io", None)  # its import now fails
     assert _load().main(_dirs(tmp_path)) == 1
@@ -137,7 +138,7 @@ def _window(path):
 def test_shared_parts_run_at_once_only_with_several_jobs(acceptance, tmp_path, jobs):
     a, b = tmp_path / "a.times", tmp_path / "b.times"
     rc = acceptance.main(_dirs(tmp_path) + [
-        "--fake-shared-part", "a=" + WINDOW.format(a, 2), "--fake-shared-part", "b=" + WINDOW.format(b, 2),
+        "--fake-shared-part", "a=" + WINDOW.format(a, 1), "--fake-shared-part", "b=" + WINDOW.format(b, 1),
         "--parts", "a", "b", "--jobs", str(jobs), "--min-start", "0"])
     assert rc == 0
     rows = _rows(tmp_path)
@@ -151,11 +152,11 @@ def test_a_shared_part_over_its_cap_is_killed_with_its_child_beside_a_neighbour(
     rc = acceptance.main(_dirs(tmp_path) + [
         "--fake-shared-part", "stubborn=" + STUBBORN_PARENT.format(pids),
         "--fake-shared-part", "neighbour=" + WINDOW.format(tmp_path / "n.times", 1),
-        "--parts", "stubborn", "neighbour", "--caps", "stubborn=3", "--grace", "0.5", "--min-start", "0", "--jobs", "2"])
+        "--parts", "stubborn", "neighbour", "--caps", "stubborn=2", "--grace", "0.5", "--min-start", "0", "--jobs", "2"])
     assert rc == 0
     rows = _rows(tmp_path)
     assert [(r["part"], r["status"], r["shared"]) for r in rows] == [
-        ("stubborn", "killed after 3 s (cap)", 1), ("neighbour", "ok", 1)]
+        ("stubborn", "killed after 2 s (cap)", 1), ("neighbour", "ok", 1)]
     parent, child = map(int, pids.read_text().split())
     assert _gone(parent) and _gone(child), "a process of the killed part's group survived"
 
