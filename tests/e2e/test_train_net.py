@@ -65,10 +65,10 @@ def snapshot(folder):
 
 @pytest.fixture(scope="module")
 def finished_run(data_root, tmp_path_factory):
-    """One complete uninterrupted tiny run (reused by several tests); removed with the module,
-    as its checkpoints take several hundred MB."""
+    """One complete uninterrupted tiny run (reused by several tests), started with --resume in an
+    empty folder (a fresh start); removed with the module, as its checkpoints take several hundred MB."""
     out = tmp_path_factory.mktemp("run") / "out"
-    proc = run_cli(tiny_args(data_root, out))
+    proc = run_cli(["--resume"] + tiny_args(data_root, out))
     assert proc.returncode == 0, proc.stderr[-4000:]
     yield str(out), proc
     shutil.rmtree(out.parent, ignore_errors=True)
@@ -85,6 +85,7 @@ def test_run_writes_all_outputs_and_learns_something(finished_run):
         assert f.read().strip() == "model_final.pth"
     log = open(os.path.join(out, "log.txt")).read()
     assert "eta: " in log and "Overall training speed" in log
+    assert "starting from scratch" in log and "Starting training from iteration 0" in log  # --resume, no checkpoint
     results = copypaste_results(log)
     assert 0.0 <= results["mAP"] <= 100.0 and "Rank-1" in results
     metrics = metrics_by_iter(out)
@@ -128,8 +129,8 @@ def test_sigkill_at_any_moment_then_resume_is_bit_identical(finished_run, data_r
 
 
 def test_two_cpu_workers_eval_only_matches_one_worker(finished_run, data_root, tmp_path):
-    # Training with two workers (--num-gpus 2) runs in the fault tests (test_preemption,
-    # test_elastic) and across two "machines" below.
+    # Training with two workers (--num-gpus 2) runs in the fault tests (test_resume_world_size)
+    # and across two "machines" below.
     weights = os.path.join(finished_run[0], "model_final.pth")
     one = run_cli(["--eval-only"] + tiny_args(data_root, tmp_path / "e1", "MODEL.WEIGHTS", weights))
     two = run_cli(["--eval-only", "--num-gpus", "2", "--dist-url", "auto"]
@@ -161,20 +162,6 @@ def test_two_machines_on_localhost_train_together(data_root, tmp_path):
     assert "World size: 2" in log and os.path.exists(tmp_path / "m" / "model_final.pth")
     assert os.path.exists(tmp_path / "m" / "log.txt.rank1")
     copypaste_results(log)  # the two evaluated together
-
-
-def test_amp_bfloat16_on_cpu(data_root, tmp_path):
-    # bfloat16 forced: a CPU without native bfloat16 emulates it (a ResNet-18 step takes ~30x
-    # longer), so this run of the command's AMP path uses OSNet x0_25 at 32x16.
-    proc = run_cli(tiny_args(data_root, tmp_path / "amp", "SOLVER.AMP.ENABLED", "True", "SOLVER.AMP.DTYPE", "bfloat16",
-                             "SOLVER.MAX_EPOCH", "1", "TEST.EVAL_PERIOD", "5", "INPUT.SIZE_TRAIN", "[32, 16]",
-                             "INPUT.SIZE_TEST", "[32, 16]", "MODEL.BACKBONE.NAME", "build_osnet_backbone",
-                             "MODEL.BACKBONE.DEPTH", "x0_25", "MODEL.BACKBONE.WIDTH_MULT", "1.0"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    log = open(tmp_path / "amp" / "log.txt").read()
-    assert "AMP: autocast to bfloat16 on cpu" in log
-    assert "natively" in log or "no native bfloat16" in log  # the CPU's bfloat16 support is named
-    assert os.path.exists(tmp_path / "amp" / "model_final.pth")
 
 
 # --------------------------------------------------------------------------- bad input
@@ -265,14 +252,6 @@ def test_corrupt_image_names_its_path(data_root, tmp_path):
     proc = run_cli(tiny_args(str(root), tmp_path / "out", "DATALOADER.SAMPLER_TRAIN", "TrainingSampler",
                              "SOLVER.MAX_EPOCH", "1"))
     _assert_one_line_error(proc, RUN_FAILURE, victim)
-
-
-def test_resume_without_checkpoint_starts_fresh(data_root, tmp_path):
-    out = tmp_path / "fresh"
-    proc = run_cli(["--resume"] + tiny_args(data_root, out, "SOLVER.MAX_EPOCH", "1", "TEST.EVAL_PERIOD", "5"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    log = open(out / "log.txt").read()
-    assert "starting from scratch" in log and "Starting training from iteration 0" in log
 
 
 def test_nan_loss_names_iteration_and_keeps_last_checkpoint(populated_out, data_root):

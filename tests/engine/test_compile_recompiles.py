@@ -12,13 +12,13 @@ Documented recompilations (README, "Compiled training: architectures"):
 - the first evaluation (the eval-mode graph). Its batch size differs from training's, so
   dynamo compiles it with a dynamic batch and the last, smaller batch compiles nothing more;
   later evaluations and the training steps between them compile nothing.
-Each family also trains with MODEL.COMPILE_SCOPE blocks (its repeated blocks compiled one by
-one): the same losses, and no training step after the first compiles a graph (but the release).
-Run time: about 60-90 s of CPU for the module (9 families: whole model, blocks and eager).
+Each family also trains its first steps with MODEL.COMPILE_SCOPE blocks (its repeated blocks
+compiled one by one): the same losses, and no training step after the first compiles a graph (but
+the release). Run time: about 60 s of CPU for the module (9 families: whole model, blocks and eager).
 """
 import logging
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -172,8 +172,9 @@ def _build_cfg(name: str, data_root: str, out: str, compile_mode: str, backend: 
 
 
 def run_family(name: str, data_root: str, out: str, compile_mode: str, backend: str,
-               scope: str = "model") -> Dict[str, object]:
-    """Train family `name` for 2 epochs with an evaluation after each (SEED 0).
+               scope: str = "model", steps: Optional[int] = None) -> Dict[str, object]:
+    """Train family `name` for 2 epochs with an evaluation after each (SEED 0), or only its first
+    `steps` steps (the same schedule) and one evaluation at the end.
 
     Returns:
         {"losses": the loss dict of each step (floats), "recorder": its CompileRecorder,
@@ -190,6 +191,8 @@ def run_family(name: str, data_root: str, out: str, compile_mode: str, backend: 
     seed_all_rng(cfg.SEED)
     trainer = DefaultTrainer(cfg)
     trainer.resume_or_load(resume=False)
+    if steps is not None:
+        trainer.max_iter = min(steps, trainer.max_iter)
     losses: List[Dict[str, float]] = []
     inner = trainer._trainer
     stage = inner._stage_metrics
@@ -229,14 +232,16 @@ def test_family_trains_compiled_without_recompiling_and_matches_eager(family, da
         else:
             assert graphs == 0, f"{graphs} graphs compiled after step {step} (evaluation, optimizer) in {why}"
     # MODEL.COMPILE_SCOPE blocks (auto's choice): after the first step's graphs (one per block
-    # shape), training compiles nothing but the release of the frozen layers.
-    blocks = run_family(family, data_root, str(tmp_path / "blocks"), "default", backend, scope="blocks")
+    # shape), training compiles nothing but the release of the frozen layers. The blocks and the
+    # eager run train only the steps compared (the release included).
+    blocks = run_family(family, data_root, str(tmp_path / "blocks"), "default", backend, scope="blocks",
+                        steps=COMPARED_STEPS)
     block_why = f"{family} blocks ({backend}); torch's recompile reasons:\n{blocks['recorder'].explain()}"
     for step, (graphs, _) in enumerate(blocks["recorder"].in_step[WARMUP_STEPS:], start=WARMUP_STEPS):
         if step != release:
             assert graphs == 0, f"step {step} compiled {graphs} graphs in {block_why}"
-    eager = run_family(family, data_root, str(tmp_path / "eager"), "off", backend)
-    assert len(eager["losses"]) == len(compiled["losses"]) == len(blocks["losses"])
+    eager = run_family(family, data_root, str(tmp_path / "eager"), "off", backend, steps=COMPARED_STEPS)
+    assert len(eager["losses"]) == len(blocks["losses"]) == min(COMPARED_STEPS, len(compiled["losses"]))
     for run in (compiled, blocks):
         for step, (got, want) in enumerate(zip(run["losses"][:COMPARED_STEPS], eager["losses"])):
             assert got.keys() == want.keys()

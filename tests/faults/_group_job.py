@@ -1,6 +1,6 @@
 """A training job that is the leader of its own process group, to signal it the way a terminal's Ctrl-C
 or a batch scheduler's cancel does: every process of the job (loader workers, DDP workers, the launcher)
-gets the signal (shared by test_preemption and test_group_signals)."""
+gets the signal (test_preemption)."""
 import os
 import re
 import signal

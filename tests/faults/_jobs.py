@@ -1,5 +1,5 @@
 """Real training processes for the fault tests: the tiniest CLI run, started in the background or to
-the end, and the exactness checks of the resume tests (shared by test_preemption, test_elastic,
+the end, and the exactness checks of the resume tests (shared by test_preemption,
 test_dist_timeout and test_loader_worker_death)."""
 import os
 import subprocess

@@ -1,8 +1,9 @@
 """A stop signal to the whole process group (a batch scheduler's cancel, Ctrl-C in a terminal) reaches the
-data-loader workers too: the run still saves a checkpoint at the stop and exits 143 with the resume line (here
-SIGINT with 2 DDP workers; SIGTERM with 2 loader workers and the resume: test_preemption); a hook whose own
-loader dies of it stops without a new checkpoint. A user error raised inside the loop (a re-clustering) is
-logged in one line without a traceback, as at start-up; a bug keeps its traceback."""
+data-loader workers too: the batches left are loaded in the main process (below) and the run saves a
+checkpoint at the stop (the real process group, with the resume: test_preemption; two DDP workers agreeing
+on the stop step: test_resume_world_size); a hook whose own loader dies of it stops without a new
+checkpoint. A user error raised inside the loop (a re-clustering) is logged in one line without a traceback,
+as at start-up; a bug keeps its traceback."""
 import logging
 import os
 import signal
@@ -21,25 +22,6 @@ from reid_engine.utils.errors import ReidUserError
 from tests.engine._engine_fixtures import make_trainer, one_torch_thread, tiny_trainer_cfg  # noqa: F401
 from tests.engine.test_label_free import tiny_cfg as tiny_label_free_cfg
 from tests.engine.test_label_free import train as train_label_free
-from tests.faults._group_job import GroupJob
-from tests.faults._jobs import job_args, read
-
-
-@pytest.mark.slow
-def test_sigint_to_the_process_group_of_two_ddp_workers_saves_a_checkpoint(data_root, tmp_path):
-    # Ctrl-C in a terminal: SIGINT to the launcher, both DDP workers and their loader workers. Spawned
-    # loader workers end on it (forked ones inherit the stop handler and live on); each DDP worker then
-    # needs a batch more than its dead workers delivered, for the step its peer agrees on. (SIGTERM with
-    # one process and 2 loader workers: test_preemption, with the resume.)
-    out = str(tmp_path / "out")
-    launch = ["--num-gpus", "2", "--dist-url", "auto"]
-    job = GroupJob(out, launch + job_args(data_root, out, "DATALOADER.NUM_WORKERS", "1"), signal.SIGINT)
-    job.signal_when_training()
-    iteration, _ = job.check_stopped_with_checkpoint(loader_workers=1)
-    for log in ("log.txt", "log.txt.rank1"):  # both DDP workers got the signal and stopped at the same step
-        text = read(os.path.join(out, log))
-        assert "Received SIGINT during iteration" in text
-        assert f"Stopping after iteration {iteration} on every worker (SIGINT)" in text
 
 
 class _Records(logging.Handler):

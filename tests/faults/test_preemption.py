@@ -56,6 +56,16 @@ def test_signal_saves_its_step_restores_handlers_and_resumes_exactly(tmp_path):
         assert torch.equal(a, b), name
 
 
+def test_sigint_is_a_stop_request_like_sigterm(tmp_path):
+    # Ctrl-C in a terminal (the real process group, loader workers included: SIGTERM below).
+    trainer, checkpointer, periodic = _trainer_with_preemption(tmp_path)
+    trainer.register_hooks([_signal_at(2, signal.SIGINT), periodic, hooks.Preemption(periodic)])
+    with pytest.raises(preemption.TrainingPreempted) as info:
+        trainer.train(0, 8)
+    assert info.value.signum == signal.SIGINT and "SIGINT after iteration 2" in str(info.value)
+    assert checkpointer.get_checkpoint_file() == str(tmp_path / "model_0000002.pth")
+
+
 def test_signal_in_the_last_step_lets_the_run_complete(tmp_path):
     trainer, checkpointer, periodic = _trainer_with_preemption(tmp_path)
     periodic.max_iter = 4

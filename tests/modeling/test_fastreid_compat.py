@@ -3,16 +3,15 @@
 The files in fastreid_keys/ list `key shape` of the state dicts fast-reid builds for
 four Market1501 configs (HEADS.NUM_CLASSES 751). Our model, built from the config
 each file implies, must have exactly those keys and shapes; a checkpoint with that
-layout must load strictly (also through MODEL.WEIGHTS' Checkpointer) and reproduce
-the embeddings of the model it came from.
+layout must load strictly, and through MODEL.WEIGHTS' Checkpointer give the embeddings
+fast-reid's own forward gives.
 """
-import logging
 
 import pytest
 import torch
 
 from reid_engine.config import get_cfg
-from reid_engine.modeling import META_ARCH_REGISTRY, build_model
+from reid_engine.modeling import META_ARCH_REGISTRY
 from reid_engine.utils.checkpoint import Checkpointer
 
 from .fastreid_reference import fastreid_resnet50_embeddings
@@ -60,37 +59,6 @@ def test_state_dict_layout_equals_fastreid(name):
     assert set(ours) == set(reference), (sorted(set(ours) - set(reference))[:5],
                                          sorted(set(reference) - set(ours))[:5])
     assert ours == reference
-
-
-# sbs_R50-ibn has every part (IBN, non-local, learnable GeM, CircleSoftmax, NECK_FEAT
-# after); bagtricks_R50 is the plain BoT model. build_model is the path MODEL.WEIGHTS uses.
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["bagtricks_R50", "sbs_R50-ibn"])
-def test_fastreid_checkpoint_loads_and_reproduces_embeddings(name, tmp_path, caplog):
-    reference = read_reference(name)
-    state = random_fastreid_state(reference, seed=7)
-    torch.manual_seed(0)
-    source = build_model(config_for(name))
-    source.load_state_dict(state, strict=True)
-    images = torch.randint(0, 256, (2, 3, 32, 16), dtype=torch.uint8,
-                           generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        expected = source.eval()({"images": images})
-    assert expected.shape == (2, 2048) and torch.isfinite(expected).all()
-    assert expected.std() > 0
-
-    # a fast-reid checkpoint file: the model under "model", next to trainer state
-    path = tmp_path / "model_final.pth"
-    torch.save({"model": state, "optimizer": {}, "scheduler": {}, "iteration": 12345}, path)
-    torch.manual_seed(1)
-    target = build_without_summary(config_for(name))
-    with caplog.at_level(logging.INFO):
-        Checkpointer(target).load(str(path), checkpointables=[])
-    loaded = target.state_dict()
-    assert all(torch.equal(loaded[k], v) for k, v in state.items())
-    with torch.no_grad():
-        embeddings = target.eval()({"images": images})
-    assert torch.equal(embeddings, expected)
 
 
 @pytest.mark.parametrize("name", ["bagtricks_R50-ibn", "AGW_R50"])

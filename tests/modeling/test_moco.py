@@ -191,7 +191,7 @@ def test_two_gloo_workers_fill_identical_queues_with_both_workers_features(tmp_p
 
 
 def _trainer(out_dir, data_root, max_iter):
-    """A DefaultTrainer of MoCo (batch 8, queue of 3 batches) stopping after ``max_iter`` steps,
+    """A quarter-width DefaultTrainer of MoCo (batch 8, queue of 3 batches) stopping after ``max_iter`` steps,
     with the evaluation stubbed out (it is not what is tested and dominates the time)."""
     from reid_engine.engine.defaults import DefaultTrainer
     from reid_engine.utils.env import seed_all_rng
@@ -202,7 +202,8 @@ def _trainer(out_dir, data_root, max_iter):
             return {}
 
     cfg = _tiny_cfg(**{"MODEL.QUEUE_SIZE": 24, "MODEL.HEADS.NUM_CLASSES": 0, "DATALOADER.NUM_INSTANCE": 2,
-                       "DATASETS.ROOT": data_root, "SOLVER.WARMUP_ITERS": 1, "OUTPUT_DIR": out_dir})
+                       "DATASETS.ROOT": data_root, "SOLVER.WARMUP_ITERS": 1, "OUTPUT_DIR": out_dir,
+                       "MODEL.BACKBONE.WIDTH_MULT": 0.25})  # a quarter width: the queue resumes the same
     seed_all_rng(cfg.SEED)  # as default_setup: every run starts from the same weights and queue
     trainer = NoEvalTrainer(cfg)
     trainer.max_iter = max_iter  # the last step writes model_final.pth with the whole trainer state
