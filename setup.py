@@ -54,8 +54,8 @@ setup(
         "track": ["opencv-python-headless>=4.7,<5", "lapx>=0.5.5,<1", "rich>=13", "motmetrics>=1.4",
                   "pandas>=2,<3"],
         # Optuna 4.9+: RetryHeartbeatStaleTrialCallback; a finished study's summary and plots need pandas
-        # (trials_dataframe) and matplotlib (optuna.visualization.matplotlib)
-        "tune": ["optuna>=4.9", "sqlalchemy>=2.0", "psycopg[binary]>=3.1", "pandas>=2,<3", "matplotlib>=3.5"],
+        # (trials_dataframe) and matplotlib (optuna.visualization.matplotlib); filelock: the SQLite study's lock
+        "tune": ["optuna>=4.9", "filelock>=4.3", "sqlalchemy>=2.0", "psycopg[binary]>=3.1", "pandas>=2,<3", "matplotlib>=3.5"],
         # SQLAlchemy and alembic: the default local store is SQLite (MLflow 3.13+ refuses its file store)
         # log_batch(..., synchronous=False) and start_run(parent_run_id=...), as in mlflow-skinny 3.17
         "mlflow": ["mlflow-skinny>=3.0", "SQLAlchemy>=1.4", "alembic>=1.8"],

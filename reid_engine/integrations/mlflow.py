@@ -26,23 +26,25 @@ RUN_RECORD_FILE = "mlflow_run.json"
 RUN_ARTIFACTS = ("config.yaml", "metrics.json", "log.txt")  # logged when a run ends (those that exist)
 INSTALL_HINT = "pip install 'reid_engine[mlflow]'"
 _BAD_NAME_CHARS = re.compile(r"[^\w\-. /:]")  # what MLflow accepts in names; the rest becomes "_"
-_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 class MlflowTrackingError(ReidUserError):
     """The MLflow store could not be reached or refused a request (one line: the URI, the error)."""
 
 
+def _require_mlflow() -> None:
+    if importlib.util.find_spec("mlflow") is None:
+        raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
+
+
 def check_mlflow_config(cfg: CfgNode) -> None:
     """Check MLFLOW.* before a run: mlflow (for SQLite with SQLAlchemy and alembic) installed, an experiment named."""
     if not cfg.MLFLOW.ENABLED:
         return
-    if importlib.util.find_spec("mlflow") is None:
-        raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
+    _require_mlflow()
     if not cfg.MLFLOW.EXPERIMENT.strip():
         raise ConfigError("MLFLOW.EXPERIMENT is empty: name the MLflow experiment the runs go to (default reid_engine)")
-    uri = resolve_tracking_uri(cfg)
-    missing = [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
+    uri, missing = resolve_tracking_uri(cfg), [m for m in ("sqlalchemy", "alembic") if importlib.util.find_spec(m) is None]
     if uri.startswith("sqlite:") and missing:
         raise MissingPackageError(f"the MLflow store {uri} (MLFLOW.TRACKING_URI) is SQLite, which needs "
                                   f"{' and '.join(missing)}: {INSTALL_HINT}, or set MLFLOW.TRACKING_URI to a server")
@@ -89,16 +91,13 @@ def _experiment_id(client, name: str, uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         db = sqlite_file(uri)
-        try:
+        with contextlib.suppress(Exception):  # another process may create it meanwhile
             return client.create_experiment(name, artifact_location=db and Path(db).parent.joinpath("mlartifacts")
                                             .as_uri())
-        except Exception:  # another process created it meanwhile
-            experiment = client.get_experiment_by_name(name)
-            if experiment is None:
-                raise
-    if experiment.lifecycle_stage == "deleted":
-        raise MlflowTrackingError(f"the MLflow experiment '{name}' at {mask_password(uri)} is deleted "
-                                  "(MLFLOW.EXPERIMENT): restore it (mlflow experiments restore) or name another one")
+        experiment = client.get_experiment_by_name(name)
+    if experiment is None or experiment.lifecycle_stage == "deleted":
+        raise MlflowTrackingError(f"the MLflow experiment '{name}' at {mask_password(uri)} is deleted or cannot be "
+                                  "created (MLFLOW.EXPERIMENT): restore it (mlflow experiments restore) or name another")
     return experiment.experiment_id
 
 
@@ -126,9 +125,8 @@ def start_parent_run(tracking_uri: str, experiment: str, run_name: str, params: 
 
 
 def end_run(tracking_uri: str, run_id: str, status: str = "FINISHED", artifacts: Sequence[str] = ()) -> None:
-    """Attach the files `artifacts` (those that exist) to run `run_id` and end it with `status`."""
-    if status not in _STATUSES:
-        raise ValueError(f"status must be one of {', '.join(_STATUSES)}, got {status!r}")
+    """Attach the files `artifacts` (those that exist) to run `run_id` and end it with `status`
+    (FINISHED, FAILED or KILLED: MLflow refuses others)."""
     with _store_errors(tracking_uri, "ending a run"):
         client = _client(tracking_uri)
         for path in filter(os.path.isfile, artifacts):
@@ -167,24 +165,17 @@ class MLflowWriter(EventWriter):
     def __init__(self, cfg: CfgNode, max_iter: int, resumed: Optional[Callable[[], bool]] = None,
                  stopped_on_purpose: Optional[Callable[[], bool]] = None, artifacts: Sequence[str] = RUN_ARTIFACTS,
                  window_size: int = 20):
-        if importlib.util.find_spec("mlflow") is None:
-            raise MissingPackageError(f"MLFLOW.ENABLED needs mlflow: {INSTALL_HINT}")
+        _require_mlflow()
         self._cfg, self._uri, self._output_dir, self._max_iter = cfg, resolve_tracking_uri(cfg), cfg.OUTPUT_DIR, max_iter
-        self._resumed = resumed or (lambda: False)
-        self._stopped_on_purpose = stopped_on_purpose or (lambda: False)
+        self._resumed, self._stopped_on_purpose = resumed or (lambda: False), stopped_on_purpose or (lambda: False)
         self._artifacts, self._window_size = tuple(artifacts), window_size
-        self._run_id: Optional[str] = None
+        self.run_id: Optional[str] = None  # None before the first write, or when tracking failed at the start
         self._experiment_id, self._last_write, self._confirmed, self._disabled, self._sent = "", -1, -1, False, None
         # A failed asynchronous batch reaches this writer (one warning); MLflow's queue would log its traceback too.
         logging.getLogger("mlflow.utils.async_logging").setLevel(logging.CRITICAL)
         with self._guard("connecting"):  # import mlflow and reach the store before the loop: one warning if it fails
             self._client = _client(self._uri)
             self._client.search_experiments(max_results=1)
-
-    @property
-    def run_id(self) -> Optional[str]:
-        """The MLflow run id (None before the first write, or when tracking failed at the start)."""
-        return self._run_id
 
     @contextlib.contextmanager
     def _guard(self, doing: str) -> Iterator[None]:
@@ -202,41 +193,37 @@ class MLflowWriter(EventWriter):
         """End this writer's run of the fluent API (MLflow pops it from its stack first, even if the store fails)."""
         import mlflow
 
-        active = mlflow.active_run()
-        if active is not None and active.info.run_id == self._run_id:
-            with _fluent_uri(self._uri):
-                mlflow.end_run(status)
+        with _fluent_uri(self._uri):
+            mlflow.end_run(status)  # a no-op without an active run
 
     def _save_record(self, status: str = "RUNNING") -> None:
-        record = {"run_id": self._run_id, "tracking_uri": self._uri, "experiment_id": self._experiment_id,
+        record = {"run_id": self.run_id, "tracking_uri": self._uri, "experiment_id": self._experiment_id,
                   "last_step": self._confirmed, "status": status}
         atomic_write_text(os.path.join(self._output_dir, RUN_RECORD_FILE), json.dumps(record, indent=1) + "\n")
 
     def _start(self) -> None:
-        """Open the run: mlflow.start_run continues the recorded one when resuming, else creates one."""
+        """Open the run: mlflow.start_run continues the recorded one when resuming (unless deleted meanwhile:
+        search_runs finds active runs only), else creates one; another training's record is never attached to."""
         import mlflow
 
-        record = read_run_record(self._output_dir)
-        resume = record is not None and record.get("tracking_uri") == self._uri and self._resumed()
-        if resume:  # the recorded run, unless it was deleted meanwhile (search_runs finds active runs only)
-            resume = bool(self._client.search_runs([record.get("experiment_id", "0")],
-                                                   f"attributes.run_id = '{record['run_id']}'"))
+        record, options = read_run_record(self._output_dir), self._cfg.MLFLOW
+        resume = record is not None and record.get("tracking_uri") == self._uri and self._resumed() and bool(
+            self._client.search_runs([record.get("experiment_id", "0")], f"attributes.run_id = '{record['run_id']}'"))
         if not resume:
-            with contextlib.suppress(FileNotFoundError):  # another training's record: never attach to it
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(os.path.join(self._output_dir, RUN_RECORD_FILE))
-        options = self._cfg.MLFLOW
         name = options.RUN_NAME or os.path.basename(os.path.normpath(os.path.abspath(self._output_dir)))
         with _fluent_uri(self._uri):
             run = mlflow.start_run(**({"run_id": record["run_id"]} if resume else {
                 "experiment_id": _experiment_id(self._client, options.EXPERIMENT, self._uri), "run_name": name,
                 "parent_run_id": options.PARENT_RUN_ID or None,
                 "tags": {"reid_engine.output_dir": os.path.abspath(self._output_dir)}}))
-        self._run_id, self._experiment_id = run.info.run_id, run.info.experiment_id
+        self.run_id, self._experiment_id = run.info.run_id, run.info.experiment_id
         self._last_write = self._confirmed = int(record.get("last_step", -1)) if resume else -1
-        existing = self._client.get_run(self._run_id).data.params if resume else {}
-        self._client.log_batch(self._run_id, params=_params(self._cfg, existing))
+        existing = self._client.get_run(self.run_id).data.params if resume else {}
+        self._client.log_batch(self.run_id, params=_params(self._cfg, existing))
         self._save_record()
-        logger.info(f"MLflow: {'continuing' if resume else 'tracking'} run {self._run_id} ('{run.info.run_name}', "
+        logger.info(f"MLflow: {'continuing' if resume else 'tracking'} run {self.run_id} ('{run.info.run_name}', "
                     f"experiment '{options.EXPERIMENT}') at {mask_password(self._uri)}")
 
     def write(self) -> None:
@@ -244,7 +231,7 @@ class MLflowWriter(EventWriter):
         if self._disabled:
             return
         with self._guard("logging metrics"):
-            if self._run_id is None:
+            if self.run_id is None:
                 self._start()
             new = collect_new_scalars(get_event_storage(), self._window_size, self._last_write)
             if not new:
@@ -255,14 +242,13 @@ class MLflowWriter(EventWriter):
             now = int(time.time() * 1000)
             metrics = [Metric(_BAD_NAME_CHARS.sub("_", name), value, now, itr)
                        for itr, scalars in new.items() for name, value in scalars.items()]
-            self._sent = (self._client.log_batch(self._run_id, metrics=metrics, synchronous=False), max(new))
+            self._sent = (self._client.log_batch(self.run_id, metrics=metrics, synchronous=False), max(new))
             self._last_write = max(new)
 
     def _confirm(self) -> None:
         """Wait for the batch on its way; the record then names its last step (a resume logs what follows)."""
         if self._sent is not None:
-            operations, step = self._sent
-            self._sent = None
+            (operations, step), self._sent = self._sent, None
             operations.wait()
             self._confirmed = step
             self._save_record()
@@ -274,17 +260,17 @@ class MLflowWriter(EventWriter):
         try:
             completed = get_event_storage().iter >= self._max_iter
         except RuntimeError:  # closed outside a training
-            if self._run_id is None:
+            if self.run_id is None:
                 return
             completed = self._last_write + 1 >= self._max_iter
         status = "FINISHED" if completed else "KILLED" if self._stopped_on_purpose() else "FAILED"
         with self._guard("ending the run"):
-            if self._run_id is None:  # stopped before its first write: the run still records why (log.txt)
+            if self.run_id is None:  # stopped before its first write: the run still records why (log.txt)
                 self._start()
             self._confirm()
             for path in (os.path.join(self._output_dir, name) for name in self._artifacts):
                 if os.path.isfile(path):
-                    self._client.log_artifact(self._run_id, path)
+                    self._client.log_artifact(self.run_id, path)
             self._leave(status)
             self._save_record(status)
         self._disabled = True
@@ -295,11 +281,11 @@ def log_run_summary(cfg: CfgNode, summary: str) -> None:
     record = read_run_record(cfg.OUTPUT_DIR) if cfg.MLFLOW.ENABLED else None
     if record is None or record.get("status") != "FINISHED":
         return
-    uri = record.get("tracking_uri") or resolve_tracking_uri(cfg)
+    uri, log_file = record.get("tracking_uri") or resolve_tracking_uri(cfg), os.path.join(cfg.OUTPUT_DIR, "log.txt")
     try:
         client = _client(uri)
         client.log_text(record["run_id"], summary, "summary.txt")
-        if os.path.isfile(os.path.join(cfg.OUTPUT_DIR, "log.txt")):
-            client.log_artifact(record["run_id"], os.path.join(cfg.OUTPUT_DIR, "log.txt"))
+        if os.path.isfile(log_file):
+            client.log_artifact(record["run_id"], log_file)
     except Exception as e:
         logger.warning(_failed(uri, "logging the run summary", e))

@@ -107,15 +107,13 @@ def _distribution(key: str, spec, where: str):
                           f"{_EXAMPLE}.{did_you_mean(str(kind), list(classes)) if kind else ''}")
     fields = {name: _number(value) if name in ("low", "high", "step") else value
               for name, value in spec.items() if name != "type"}
+    choices = fields.get("choices")
+    if kind == "categorical" and (not isinstance(choices, list) or len(set(map(repr, choices))) != len(choices)
+                                  or not all(isinstance(c, (bool, int, float, str, type(None))) for c in choices)):
+        raise ConfigError(f"{where}: params.{key}.choices must be a list of distinct scalars (numbers, text, "
+                          f"true/false, null), e.g. choices: [2, 4, 8]; got {choices!r}.")
     if kind == "categorical":
-        choices = fields.get("choices")
-        if not isinstance(choices, list) or len(set(map(repr, choices))) != len(choices) or \
-                any(c is not None and not isinstance(c, (bool, int, float, str)) for c in choices):
-            raise ConfigError(f"{where}: params.{key}.choices must be a list of distinct scalars (numbers, text, "
-                              f"true/false, null), e.g. choices: [2, 4, 8]; got {choices!r}.")
         fields["choices"] = [typed_value(key, c) for c in choices]
-    elif kind == "int" and fields.get("step") is None:
-        fields["step"] = 1
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # Optuna warns of a high off the step grid: an error here
@@ -146,8 +144,15 @@ def evaluation_metric_names(cfg: CfgNode) -> List[str]:
 def check_search_space(space: SearchSpace, cfg: CfgNode) -> None:
     """Check a search space against the base config before any trial runs (ConfigError: one line)."""
     where = f"Search space {space.source or '(in memory)'}: "
-    for key, dist in space.params.items():
-        _check_key(key, dist, _lookup(cfg, key), where)
+    for key, dist in space.params.items():  # no trial sets the key itself, a number range fits its type
+        value, numeric = _lookup(cfg, key), {"FloatDistribution": (float,), "IntDistribution": (int, float)}
+        kind = {bool: "a true/false", str: "a text", int: "an integer"}.get(type(value))
+        if key in RESERVED_KEYS:
+            raise ConfigError(f"{where}params.{key} cannot be searched: reid-tune sets it for every trial; remove "
+                              "it from params.")
+        if kind and type(value) not in numeric.get(type(dist).__name__, (type(value),)):
+            raise ConfigError(f"{where}params.{key} is {kind} key (value {value!r}): use type: "
+                              + ("int." if kind == "an integer" else "categorical with choices."))
     metric, names = space.objective.metric, evaluation_metric_names(cfg)
     if not cfg.DATASETS.TESTS:
         raise ConfigError(f"{where}objective.metric {metric} needs an evaluation, but DATASETS.TESTS is empty: "
@@ -170,18 +175,6 @@ def check_search_space(space: SearchSpace, cfg: CfgNode) -> None:
             except (ReidUserError, ValueError) as e:  # ConfigError, UnknownChoiceError, a builder's ValueError
                 raise ConfigError(f"{where}params.{key} value {value!r} fails the config check: "
                                   f"{' '.join(first_line(e).split())}") from None
-
-
-def _check_key(key: str, dist, value, where: str) -> None:
-    """No trial sets the key itself, and a number range fits its type (the config check does the rest)."""
-    numeric = {"FloatDistribution": (float,), "IntDistribution": (int, float)}.get(type(dist).__name__)
-    problem = "cannot be searched: reid-tune sets it for every trial; remove it from params" \
-        if key in RESERVED_KEYS else None
-    if not problem and numeric and type(value) in (bool, str, int) and type(value) not in numeric:
-        kind = {bool: "a true/false", str: "a text", int: "an integer"}[type(value)]
-        problem = f"is {kind} key (value {value!r}): use type: " + ("int" if kind == "an integer" else "categorical with choices")
-    if problem:
-        raise ConfigError(f"{where}params.{key} {problem}.")
 
 
 @functools.lru_cache(maxsize=1)
@@ -208,15 +201,11 @@ def typed_value(key: str, value):
 
 def suggest_overrides(trial, space: SearchSpace) -> Dict[str, Any]:
     """Ask the trial for every param's value, in file order: {config key: value typed like its key}."""
-    dists = require_optuna().distributions
-    params: Dict[str, Any] = {}
+    ints, params = require_optuna().distributions.IntDistribution, {}
     for key, dist in space.params.items():
-        if isinstance(dist, dists.FloatDistribution):
-            value = trial.suggest_float(key, dist.low, dist.high, log=dist.log, step=dist.step)
-        elif isinstance(dist, dists.IntDistribution):
-            value = trial.suggest_int(key, dist.low, dist.high, log=dist.log, step=dist.step)
-        else:
-            value = trial.suggest_categorical(key, list(dist.choices))
+        value = trial.suggest_categorical(key, list(dist.choices)) if hasattr(dist, "choices") else (
+            trial.suggest_int if isinstance(dist, ints) else trial.suggest_float)(key, dist.low, dist.high,
+                                                                                  log=dist.log, step=dist.step)
         params[key] = typed_value(key, value)
     return params
 

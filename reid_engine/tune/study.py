@@ -8,7 +8,7 @@ import random
 import statistics
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence
 
 from ..utils.errors import MissingPackageError, ReidUserError, UsageError, first_line
 from ..utils.urls import mask_password, sqlite_file
@@ -16,9 +16,9 @@ from ..utils.urls import mask_password, sqlite_file
 if TYPE_CHECKING:  # Optuna is imported on first use
     import optuna
 
-__all__ = ["PRUNERS", "GRACE_PERIOD_FACTOR", "TrialFailed", "SqliteLock", "require_optuna", "default_storage_url",
-           "open_storage", "build_pruner", "open_study", "retry_of", "retried_from", "finished_trials",
-           "trial_seed", "study_progress", "work_on_study"]
+__all__ = ["PRUNERS", "TrialFailed", "require_optuna", "default_storage_url", "open_storage", "build_pruner",
+           "open_study", "retry_of", "retried_from", "finished_trials", "trial_seed", "study_progress",
+           "format_params", "work_on_study"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ def require_optuna():
         import sqlalchemy  # noqa: F401  (the RDB storage needs it)
     except ImportError:
         raise MissingPackageError(f"reid-tune needs Optuna: {TUNE_EXTRA}") from None
+    # Heartbeats, their retry callback and fANOVA are experimental in Optuna: used on purpose.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
@@ -55,80 +57,43 @@ def _shown(url: str) -> str:
     return mask_password(url) if "://" in url else mask_password("//" + url)[2:]
 
 
-def _check_url(url: str) -> None:
-    """One line for a URL SQLAlchemy cannot read (a bad port, no scheme), before anything is created."""
-    import sqlalchemy.engine
-    import sqlalchemy.exc
-
-    try:
-        sqlalchemy.engine.make_url(url).get_dialect().import_dbapi()  # a missing driver: ImportError
-    except sqlalchemy.exc.NoSuchModuleError:
-        raise UsageError(f"unknown kind of database in the study storage URL {_shown(url)} (--storage): use "
-                         "sqlite:////path/study.db, postgresql+psycopg://user@host/db or mysql+pymysql://...") from None
-    except (sqlalchemy.exc.ArgumentError, ValueError) as e:
-        raise UsageError(f"cannot read the study storage URL {_shown(url)} (--storage): {mask_password(first_line(e))}; "
-                         "use e.g. sqlite:////path/study.db or postgresql+psycopg://user@host:5432/db") from None
-    except ImportError as e:
-        raise MissingPackageError(f"the study storage {_shown(url)} needs its database driver "
-                                  f"({first_line(e)}): {TUNE_EXTRA} (PostgreSQL) or pip install pymysql") from None
-
-
 def open_storage(url: str, heartbeat_s: float = 60.0) -> "optuna.storages.RDBStorage":
     """The study storage at `url` (its tables created), with heartbeats every `heartbeat_s` seconds (whole,
     at least 1) and the retry of stale trials; a problem is one line naming the URL (password masked)."""
     optuna = require_optuna()
+    import sqlalchemy.engine
     import sqlalchemy.exc
 
-    _check_url(url)
-    interval = max(1, int(round(heartbeat_s)))
-    engine_kwargs: Dict[str, Any] = {}
-    if sqlite_file(url) is not None:
-        os.makedirs(os.path.dirname(sqlite_file(url)), exist_ok=True)
-        engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}  # several processes share the file
+    shown = _shown(url)
+    try:  # read before anything is created: a bad port or scheme, a missing driver (ImportError)
+        sqlalchemy.engine.make_url(url).get_dialect().import_dbapi()
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise UsageError(f"unknown kind of database in the study storage URL {shown} (--storage): use sqlite:////path/study.db, "
+                         "postgresql+psycopg://user@host/db or mysql+pymysql://...") from None
+    except (sqlalchemy.exc.ArgumentError, ValueError) as e:
+        raise UsageError(f"cannot read the study storage URL {shown} (--storage): {mask_password(first_line(e))}; "
+                         "use e.g. sqlite:////path/study.db or postgresql+psycopg://user@host:5432/db") from None
+    except ImportError as e:
+        raise MissingPackageError(f"the study storage {shown} needs its database driver ({first_line(e)}): {TUNE_EXTRA} "
+                                  "(PostgreSQL) or pip install pymysql") from None
+    interval, db = max(1, int(round(heartbeat_s))), sqlite_file(url)
+    if db is not None:
+        os.makedirs(os.path.dirname(db), exist_ok=True)
     for attempt in range(OPEN_STORAGE_TRIES):
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(inherit_intermediate_values=True)
-                return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval,
-                                                  grace_period=GRACE_PERIOD_FACTOR * interval,
-                                                  heartbeat_stale_trial_callback=retry)
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs={"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if db else {},
+                heartbeat_interval=interval, grace_period=GRACE_PERIOD_FACTOR * interval,
+                heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(
+                    inherit_intermediate_values=True))
         except RuntimeError as e:  # Optuna's check of the tables' schema version
-            raise ReidUserError(f"cannot use the study storage {_shown(url)} (--storage): {first_line(e)}") \
-                from None
+            raise ReidUserError(f"cannot use the study storage {shown} (--storage): {first_line(e)}") from None
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as e:
-            if attempt + 1 < OPEN_STORAGE_TRIES and not isinstance(e, sqlalchemy.exc.InterfaceError):
-                time.sleep(0.3 * (attempt + 1) + random.random() * 0.3)
-                continue
-            raise ReidUserError(f"cannot open the study storage {_shown(url)} (--storage): "
-                                f"{mask_password(first_line(getattr(e, 'orig', None) or e))}; check that the "
-                                "database server runs and the URL's user, host, port and database") from None
-    raise AssertionError("unreachable")
-
-
-class SqliteLock:
-    """An exclusive lock on ``<db file>.lock`` of a SQLite storage (a no-op for others). Not a ``with``
-    block: a worker takes it before ``optimize``, its trial releases it once Optuna has popped it."""
-
-    def __init__(self, url: str):
-        try:
-            import fcntl
-        except ImportError:  # Windows: no flock (a parallel search there needs a database server)
-            fcntl = None
-        self._fcntl, self._path, self._file = fcntl, sqlite_file(url) if fcntl else None, None
-
-    def acquire(self) -> None:
-        """Wait for the lock (a no-op when held already, or for no SQLite file)."""
-        if self._path is not None and self._file is None:
-            self._file = open(self._path + ".lock", "a")
-            self._fcntl.flock(self._file.fileno(), self._fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        """Let the next worker in (a no-op when not held)."""
-        if self._file is not None:
-            self._fcntl.flock(self._file.fileno(), self._fcntl.LOCK_UN)
-            self._file.close()
-            self._file = None
+            if attempt + 1 == OPEN_STORAGE_TRIES or isinstance(e, sqlalchemy.exc.InterfaceError):
+                reason = mask_password(first_line(getattr(e, "orig", None) or e))
+                raise ReidUserError(f"cannot open the study storage {shown} (--storage): {reason}; check that the "
+                                    "database server runs and the URL's user, host, port and database") from None
+            time.sleep(0.3 * (attempt + 1) + random.random() * 0.3)
 
 
 def build_pruner(name: str) -> "optuna.pruners.BasePruner":
@@ -185,11 +150,8 @@ def _describe(attrs: Mapping[str, Any]) -> str:
 
 def retry_of(trial: "optuna.trial.FrozenTrial"):
     """(the first attempt `trial` retries, all of them) from Optuna's retry callback; (None, []) for none."""
-    optuna = require_optuna()
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return retry.retried_trial_number(trial), list(retry.retry_history(trial))
+    retry = require_optuna().storages.RetryHeartbeatStaleTrialCallback
+    return retry.retried_trial_number(trial), list(retry.retry_history(trial))
 
 
 def retried_from(trial: "optuna.trial.FrozenTrial") -> Optional[int]:
@@ -215,8 +177,7 @@ def study_progress(study: "optuna.Study", best: bool = True) -> str:
     """``5 of 12 trials finished (3 complete, 2 pruned, 0 failed, 2 running)[, best #4 0.6123, ETA 0:03:20]``
     (`best`: with the best trial and the ETA); retries waiting to start are named too."""
     trials = study.get_trials(deepcopy=False)
-    finished = finished_trials(trials)
-    total = study.user_attrs.get(_ATTR_N_TRIALS)
+    finished, total = finished_trials(trials), study.user_attrs.get(_ATTR_N_TRIALS)
     states = [t.state.name for t in finished]
     running = sum(t.state.name == "RUNNING" for t in trials)
     waiting = sum(t.state.name == "WAITING" and retried_from(t) is not None for t in trials)
@@ -240,42 +201,43 @@ def format_params(params: Mapping[str, Any]) -> str:
 
 def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Trial"], float], storage, storage_url: str,
                   poll_s: float = 5.0, log: logging.Logger = logger) -> None:
-    """Run the study's trials with ``study.optimize``, one at a time, until all have finished; a stop
-    (``TrainingPreempted``, KeyboardInterrupt) queues the trial's retry and goes on up."""
+    """Run the study's trials with ``study.optimize``, one at a time, while ``finished + running < N``
+    (a retried attempt not counted), then wait for those running elsewhere, one of which may go stale;
+    a stop (``TrainingPreempted``, KeyboardInterrupt) queues the trial's retry and goes on up."""
     optuna = require_optuna()
+    from filelock import FileLock
+
     from ..reliability.preemption import TrainingPreempted  # only an exception needs the engine
 
-    state = optuna.trial.TrialState
-    lock = SqliteLock(storage_url)
-    n_trials = int(study.user_attrs[_ATTR_N_TRIALS])
-    started: List[int] = []
+    state, n_trials, started = optuna.trial.TrialState, int(study.user_attrs[_ATTR_N_TRIALS]), []
+    # SQLite has no row locks: one worker at a time from its look at the study to the start of its trial.
+    lock = FileLock(sqlite_file(storage_url) + ".lock") if sqlite_file(storage_url) else None
+    unlock = lock.release if lock else lambda: None  # a no-op when not held
 
     def objective(trial: "optuna.trial.Trial") -> float:
-        lock.release()  # Optuna has popped (or created) this trial: the next worker may look
+        unlock()  # Optuna has popped (or created) this trial: the next worker may look
         started.append(trial.number)
         resumed = retried_from(study.get_trials(deepcopy=False)[trial.number])
         log.info("Trial #%d started%s", trial.number, f", continuing #{resumed}" if resumed is not None else "")
         return run_trial(trial)
 
     while True:
-        lock.acquire()
+        if lock:
+            lock.acquire()
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(study)  # their retries join the queue
+            optuna.storages.fail_stale_trials(study)  # their retries join the queue
             trials = study.get_trials(deepcopy=False)
             waiting = [t.number for t in trials if t.state == state.WAITING]
             running = sum(t.state == state.RUNNING for t in trials)
             if not waiting and len(finished_trials(trials)) + running >= n_trials:
-                lock.release()
                 if not running:
                     log.info("Study %s is done: %s", study.study_name, study_progress(study))
                     return
+                unlock()
                 time.sleep(poll_s)  # the last trials run elsewhere; one may go stale
                 continue
-            next_number = min(waiting) if waiting else len(trials)
             study.sampler = optuna.samplers.TPESampler(seed=trial_seed(study.user_attrs.get(_ATTR_SEED, 0),
-                                                                      next_number))
+                                                                      min(waiting, default=len(trials))))
             study.optimize(objective, n_trials=1, catch=(TrialFailed,))
         except (TrainingPreempted, KeyboardInterrupt):
             interrupted = study.get_trials(deepcopy=True)[started[-1]] if started else None
@@ -288,7 +250,7 @@ def work_on_study(study: "optuna.Study", run_trial: Callable[["optuna.trial.Tria
                         "continued there: this run's result is dropped", started[-1])
             continue
         finally:
-            lock.release()
+            unlock()
         frozen = study.get_trials(deepcopy=False)[started[-1]]
         ended = (f"complete: {frozen.value:.4f}" if frozen.state == state.COMPLETE else "pruned"
                  if frozen.state == state.PRUNED else f"failed: {frozen.user_attrs.get('error', '')}")

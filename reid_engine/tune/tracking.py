@@ -28,8 +28,7 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
     search space, objective, trial count) when the study has none; [] without MLFLOW.ENABLED."""
     if not cfg.MLFLOW.ENABLED:
         return []
-    uri = _study_uri(cfg, study_dir)
-    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    uri, parent = _study_uri(cfg, study_dir), study.user_attrs.get(PARENT_RUN_ATTR)
     if not parent:
         params = {"objective": f"{space.objective.direction} {space.objective.metric}",
                   "n_trials": study.user_attrs.get("n_trials", ""), "search_space": space.source,
@@ -47,10 +46,8 @@ def study_tracking_opts(study: Any, cfg: CfgNode, study_dir: str, space: Any) ->
 def end_study_run(study: Any, cfg: CfgNode, study_dir: str, artifacts: Sequence[str]) -> None:
     """Attach the study's summary files to its parent run and end it FINISHED; a failure is one warning."""
     parent = study.user_attrs.get(PARENT_RUN_ATTR) if cfg.MLFLOW.ENABLED else None
-    if not parent:
-        return
-    uri = _study_uri(cfg, study_dir)
     try:
-        end_run(uri, parent, "FINISHED", artifacts=[os.path.join(study_dir, a) for a in artifacts])
+        if parent:
+            end_run(_study_uri(cfg, study_dir), parent, "FINISHED", [os.path.join(study_dir, a) for a in artifacts])
     except Exception as e:  # noqa: BLE001 - tracking must not fail a finished study
         logger.warning("MLflow: could not finish the study's run %s (%s)", parent, " ".join(str(e).split())[:200])

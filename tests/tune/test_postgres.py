@@ -1,6 +1,7 @@
 """Two real `reid-tune` workers on one study of a real PostgreSQL server (tests/tune/_postgres.py starts one),
-one of them killed with kill -9 mid-trial: Optuna's heartbeats find its trial stale, its retry continues from
-the trial's own checkpoint, and the final weights are those of the same trial trained without interruption.
+one of them killed with kill -9 mid-trial: Optuna's heartbeats find its trial stale, its retry continues
+from the trial's own checkpoint, and the final weights are those of the same trial trained without
+interruption (the in-process test_study.py proves the wait for a trial running elsewhere).
 """
 import os
 import signal
@@ -9,27 +10,16 @@ import sys
 import time
 
 import pytest
-import torch
 
 optuna = pytest.importorskip("optuna")
-pytestmark = pytest.mark.slow  # a server and worker processes: a minute
+pytestmark = pytest.mark.slow  # a server and worker processes: half a minute
 
 from optuna.trial import TrialState  # noqa: E402
 
-from reid_engine.tune.space import overrides_list  # noqa: E402
 from reid_engine.tune.study import finished_trials, retried_from  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
 from tests.tune._postgres import postgres_server, postgres_url  # noqa: E402,F401
-
-# --------------------------------------------------------------------------- real reid-tune workers
-
-CFG = os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml")
-E2E_SPACE = """
-objective: {metric: SyntheticReIDTiny/mAP, direction: maximize}
-pruner: none
-params:
-  SOLVER.BASE_LR: {type: float, low: 1.0e-4, high: 1.0e-3, log: true}
-"""
+from tests.tune.conftest import BASE_LR, CFG, SPACE, assert_same_weights, continued_opts, weights  # noqa: E402
 
 
 def _tune_worker(args, log_path):
@@ -51,19 +41,16 @@ def _wait(predicate, procs, timeout, what):
         time.sleep(0.05)
 
 
-def test_two_reid_tune_workers_one_killed_mid_trial(postgres_url, data_root, tmp_path):  # noqa: F811
+def test_two_reid_tune_workers_one_killed_mid_trial(postgres_url, data_root, tmp_path,  # noqa: F811
+                                                    uninterrupted_first_trial):
     """Two `reid-tune` workers on one PostgreSQL study of 3 tiny trials; the one running trial #0 is SIGKILLed
-    after the trial's first checkpoint: the other worker runs the rest, waits out trial #0's grace period
-    (3 x --heartbeat 2 s), and continues it from that checkpoint. Every slot ends COMPLETE, exactly 3."""
+    after the trial's first checkpoint: the other worker runs the rest (trial #0 silent for its grace period,
+    3 x --heartbeat 2 s, meanwhile) and continues it from that checkpoint. Every slot ends COMPLETE, exactly 3."""
     space_file = tmp_path / "lr.yml"
-    space_file.write_text(E2E_SPACE)
+    space_file.write_text(SPACE)
     out = tmp_path / "out"
-    # quarter-width R18 at 32x16: 4 epochs of 9 iterations, a checkpoint after each, evaluations after epochs 2 and 4
     args = ["--config-file", CFG, "--search-space", str(space_file), "--n-trials", "3", "--storage", postgres_url,
-            "--study-name", "e2e", "--heartbeat", "2",
-            "DATASETS.ROOT", data_root, "OUTPUT_DIR", str(out), "MODEL.BACKBONE.WIDTH_MULT", "0.25",
-            "INPUT.SIZE_TRAIN", "[32, 16]", "INPUT.SIZE_TEST", "[32, 16]", "SOLVER.MAX_EPOCH", "4",
-            "TEST.EVAL_PERIOD", "2", "SOLVER.CHECKPOINT_PERIOD", "1"]
+            "--study-name", "e2e", "--heartbeat", "2", *continued_opts(data_root, out)]
     logs = [tmp_path / "worker0.log", tmp_path / "worker1.log"]
     workers = [_tune_worker(args, log) for log in logs]
     trial0 = out / "e2e" / "trials" / "trial_0000"
@@ -99,15 +86,7 @@ def test_two_reid_tune_workers_one_killed_mid_trial(postgres_url, data_root, tmp
     assert not resumed_at.endswith("iteration 0"), resumed_at  # the continuation started after the checkpoint
     survivor_log = logs[1 - doomed].read_text()
     assert f"Trial #{continuation.number} started, continuing #0" in survivor_log
-
-    # The continued trial ends with the weights of the same trial trained without interruption (reid-train,
-    # the trial's values and seed, one thread like the workers): resume after a kill -9 is exact too.
-    reference = tmp_path / "reference"
-    opts = args[args.index("DATASETS.ROOT"):] + overrides_list(first.params) + [
-        "SEED", str(first.user_attrs["seed"]), "OUTPUT_DIR", str(reference)]
-    subprocess.run([sys.executable, os.path.join(REPO_ROOT, "tools", "train_net.py"), "--config-file", CFG, *opts],
-                   cwd=REPO_ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=REPO_ROOT), check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
-    got = torch.load(trial0 / "model_final.pth", map_location="cpu", weights_only=True)["model"]
-    want = torch.load(reference / "model_final.pth", map_location="cpu", weights_only=True)["model"]
-    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    # The continued trial ends with the weights of the same trial trained without interruption (the base
+    # config's values, seed 0): resume after a kill -9 is exact too.
+    assert first.params == {"SOLVER.BASE_LR": BASE_LR} and first.user_attrs["seed"] == 0
+    assert_same_weights(weights(trial0 / "model_final.pth"), uninterrupted_first_trial)

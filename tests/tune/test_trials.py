@@ -1,5 +1,5 @@
-"""Trials are real training runs: a 3-trial study end to end through `reid-tune`, pruning that
-stops a run cleanly, and SIGTERM mid-trial continued bit-exactly by the same command.
+"""Trials are real training runs: a 2-trial study end to end through `reid-tune`, pruning that stops a
+run cleanly on every training worker, and SIGTERM mid-trial continued bit-exactly by the same command.
 
 Tiny R18 runs on the synthetic test set (CPU, about a second of training each).
 """
@@ -10,30 +10,27 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import weakref
 
 import pytest
-import torch
 import yaml
 
 optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from reid_engine.cli import train as train_cli  # noqa: E402
 from reid_engine.cli import tune as tune_cli  # noqa: E402
 from reid_engine.engine import hooks  # noqa: E402
 from reid_engine.engine.trainer_base import TrainingStopped  # noqa: E402
 from reid_engine.reliability.preemption import TrainingPreempted  # noqa: E402
 from reid_engine.tune import study as tune_study  # noqa: E402
 from reid_engine.tune import trial_run  # noqa: E402
-from reid_engine.tune.reporting import TrialReporter, resolve_metric  # noqa: E402
-from reid_engine.tune.space import overrides_list  # noqa: E402
+from reid_engine.tune.trial_run import TrialReporter  # noqa: E402
 from reid_engine.utils.errors import ReidUserError  # noqa: E402
 from tests.conftest import REPO_ROOT, records_of  # noqa: E402
 from tests.engine._engine_fixtures import make_trainer, one_torch_thread  # noqa: E402,F401
+from tests.tune.conftest import BASE_LR, assert_same_weights, continued_opts, weights  # noqa: E402
 
 CFG = os.path.join(REPO_ROOT, "tests", "e2e", "configs", "tiny_R18.yml")
 METRIC = "SyntheticReIDTiny/mAP"
@@ -53,7 +50,7 @@ def base_opts(data_root, out, *extra):
             "TEST.EVAL_PERIOD", "1", "SOLVER.CHECKPOINT_PERIOD", "10", *extra]
 
 
-def tune_args(space_file, data_root, out, *extra, n_trials=3):
+def tune_args(space_file, data_root, out, *extra, n_trials=2):
     return ["--config-file", CFG, "--search-space", str(space_file), "--n-trials", str(n_trials),
             *base_opts(data_root, out, *extra)]
 
@@ -74,8 +71,8 @@ def read_json(path):
 
 
 @pytest.fixture(scope="module")
-def three_trials(data_root, tmp_path_factory):
-    """One 3-trial study through `reid-tune` in this process: (study folder, study, exit status, weak references
+def two_trials(data_root, tmp_path_factory):
+    """One 2-trial study through `reid-tune` in this process: (study folder, study, exit status, weak references
     to its trainers, the files open afterwards)."""
     root = tmp_path_factory.mktemp("tune3")
     space_file = write_space(root)
@@ -97,11 +94,11 @@ def three_trials(data_root, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_trials_are_nested_mlflow_runs_of_the_study_run(three_trials):
+def test_trials_are_nested_mlflow_runs_of_the_study_run(two_trials):
     """MLFLOW.ENABLED in the base config: one parent run for the study (FINISHED, with the summary files), each
     trial a nested run in the same store (the study folder's) with its params and its evaluations by iteration."""
     mlflow = pytest.importorskip("mlflow")
-    study_dir, study, _, _, _ = three_trials
+    study_dir, study, _, _, _ = two_trials
     client = mlflow.tracking.MlflowClient(f"sqlite:///{study_dir / 'mlruns' / 'mlflow.db'}")
     parent_id = study.user_attrs["mlflow_parent_run_id"]
     parent = client.get_run(parent_id)
@@ -110,7 +107,7 @@ def test_trials_are_nested_mlflow_runs_of_the_study_run(three_trials):
     assert {a.path for a in client.list_artifacts(parent_id)} >= {"summary.md", "best_config.yaml"}
     children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
     by_name = {run.info.run_name: run for run in children}
-    assert sorted(by_name) == ["trial_0000", "trial_0001", "trial_0002"]
+    assert sorted(by_name) == ["trial_0000", "trial_0001"]
     for trial in study.get_trials():
         run = by_name[f"trial_{trial.number:04d}"]
         assert run.info.status == "FINISHED"
@@ -124,13 +121,13 @@ def test_trials_are_nested_mlflow_runs_of_the_study_run(three_trials):
 
 
 @pytest.mark.slow
-def test_study_runs_three_trials_end_to_end(three_trials):
-    study_dir, study, status, _, _ = three_trials
+def test_study_runs_two_trials_end_to_end(two_trials):
+    study_dir, study, status, _, _ = two_trials
     assert status == 0
     trials = study.get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 3
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
     lrs = [t.params["SOLVER.BASE_LR"] for t in trials]
-    assert lrs[0] == pytest.approx(0.00035) and len(set(lrs)) == 3  # the base config first, then sampled
+    assert lrs[0] == pytest.approx(0.00035) and len(set(lrs)) == 2  # the base config first, then sampled
     for t in trials:
         # 2 epochs, one evaluation after each: reported at the iterations done (the last one = max_iter).
         steps = sorted(t.intermediate_values)
@@ -150,8 +147,8 @@ def test_study_runs_three_trials_end_to_end(three_trials):
 
 
 @pytest.mark.slow
-def test_each_trial_log_holds_only_its_own_trial(three_trials):
-    study_dir, study, _, _, _ = three_trials
+def test_each_trial_log_holds_only_its_own_trial(two_trials):
+    study_dir, study, _, _, _ = two_trials
     trials = study.get_trials()
     for t in trials:
         log = open(os.path.join(t.user_attrs["output_dir"], "log.txt")).read()
@@ -169,51 +166,37 @@ def test_each_trial_log_holds_only_its_own_trial(three_trials):
 
 
 @pytest.mark.slow
-def test_trials_leave_nothing_behind(three_trials):
-    _, _, _, trainers, fds_after = three_trials
-    assert len(trainers) == 3
+def test_trials_leave_nothing_behind(two_trials):
+    _, _, _, trainers, fds_after = two_trials
+    assert len(trainers) == 2
     assert all(ref() is None for ref in trainers)  # every trainer (model, loaders, optimizer) was freed
     # Open files: the study's log and database (and matplotlib's fonts), none per trial.
     assert not [path for path in fds_after if "trial_" in path], fds_after
 
 
 @pytest.mark.slow
-def test_pruned_trial_stops_early_and_cleanly(data_root, tmp_path, monkeypatch):
-    # Every mAP is below 101: the threshold pruner prunes at the first periodic evaluation.
-    monkeypatch.setattr(tune_study, "build_pruner", lambda name: optuna.pruners.ThresholdPruner(lower=101.0))
-    space_file = write_space(tmp_path)
-    assert tune_cli.main(tune_args(space_file, data_root, tmp_path / "out", n_trials=1)) == 0
-    study_dir = tmp_path / "out" / "lr"
-    (trial,) = load(study_dir, "lr").get_trials()
-    assert trial.state == TrialState.PRUNED and trial.user_attrs["status"] == "pruned"
-    (step,) = trial.intermediate_values  # the first evaluation, after one epoch
-    assert trial.user_attrs["iterations"] == step  # stopped right there, an epoch early
-    out = trial.user_attrs["output_dir"]
-    record = read_json(os.path.join(out, "trial.json"))
-    assert record["status"] == "pruned" and record["iterations"] == step
-    assert not os.path.exists(os.path.join(out, "model_final.pth"))
-    log = open(os.path.join(out, "log.txt")).read()
-    stop = [line for line in log.splitlines() if "Training stopped at iteration" in line]
-    assert len(stop) == 1 and " INFO: " in stop[0] and f"iteration {step - 1}: trial pruned" in stop[0], stop
-    assert "Traceback" not in log and " ERROR: " not in log
-    assert "Trial #0 pruned" in (study_dir / "log.txt").read_text()
-
-
-@pytest.mark.slow
-def test_two_workers_report_from_the_storage_and_stop_together(data_root, tmp_path, monkeypatch):
-    # Spawned workers cannot get the live trial: the main one opens it from the study's database, and the
-    # pruning decision reaches the other worker, so both stop after the same iteration.
+def test_a_pruned_trial_stops_early_and_cleanly_on_both_workers(data_root, tmp_path, monkeypatch):
+    # The main training worker reports through the study's database, and the pruning decision reaches the
+    # other worker, so both stop after the same iteration, an epoch early. Every mAP is below 101: the
+    # threshold pruner prunes at the first periodic evaluation.
     monkeypatch.setattr(tune_study, "build_pruner", lambda name: optuna.pruners.ThresholdPruner(lower=101.0))
     space_file = write_space(tmp_path)
     args = tune_args(space_file, data_root, tmp_path / "out", "MODEL.DEVICE", "cpu", n_trials=1)
     assert tune_cli.main(["--num-gpus", "2", *args]) == 0
-    (trial,) = load(tmp_path / "out" / "lr", "lr").get_trials()
+    study_dir = tmp_path / "out" / "lr"
+    (trial,) = load(study_dir, "lr").get_trials()
     assert trial.state == TrialState.PRUNED and list(trial.intermediate_values) == [9]
+    assert trial.user_attrs["status"] == "pruned" and trial.user_attrs["iterations"] == 9
     out = trial.user_attrs["output_dir"]
-    assert read_json(os.path.join(out, "trial.json"))["status"] == "pruned"
+    record = read_json(os.path.join(out, "trial.json"))
+    assert record["status"] == "pruned" and record["iterations"] == 9
+    assert not os.path.exists(os.path.join(out, "model_final.pth"))
     for log in ("log.txt", "log.txt.rank1"):
         text = open(os.path.join(out, log)).read()
-        assert "Training stopped at iteration 8: trial pruned" in text and "Traceback" not in text, log
+        stop = [line for line in text.splitlines() if "Training stopped at iteration" in line]
+        assert len(stop) == 1 and " INFO: " in stop[0] and "iteration 8: trial pruned" in stop[0], (log, stop)
+        assert "Traceback" not in text and " ERROR: " not in text, log
+    assert "Trial #0 pruned" in (study_dir / "log.txt").read_text()
 
 
 def _proc(tool, args):
@@ -223,40 +206,25 @@ def _proc(tool, args):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _weights(path):
-    return torch.load(path, map_location="cpu", weights_only=True)["model"]
-
-
 @pytest.mark.slow
-def test_sigterm_mid_trial_then_same_command_continues_it_bit_exactly(data_root, tmp_path):
+def test_sigterm_mid_trial_then_same_command_continues_it_bit_exactly(data_root, tmp_path, uninterrupted_first_trial):
     space_file = write_space(tmp_path)
     # 4 epochs, one checkpoint per epoch: the signal comes after the first checkpoint, well before the end.
-    longer = ("SOLVER.MAX_EPOCH", "4", "SOLVER.CHECKPOINT_PERIOD", "1")
-    args = tune_args(space_file, data_root, tmp_path / "out", *longer, n_trials=1)
+    args = ["--config-file", CFG, "--search-space", str(space_file), "--n-trials", "1",
+            *continued_opts(data_root, tmp_path / "out")]
     trial_dir = tmp_path / "out" / "lr" / "trials" / "trial_0000"
     proc = _proc("tune_net.py", args)
-
-    def sigterm_after_the_first_checkpoint():
-        deadline = time.time() + 180
-        while not (trial_dir / "last_checkpoint").exists() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-
-    signaller = threading.Thread(target=sigterm_after_the_first_checkpoint)
-    signaller.start()
-    # Meanwhile the reference, in this process: the study's first trial is the base config itself (its LR,
-    # seed 0), trained here uninterrupted by reid-train.
-    reference = tmp_path / "reference"
-    assert train_cli.main(["--config-file", CFG, *base_opts(data_root, reference, *longer),
-                           *overrides_list({"SOLVER.BASE_LR": 0.00035}), "SEED", "0"]) == 0
-    signaller.join()
+    deadline = time.time() + 180
+    while not (trial_dir / "last_checkpoint").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("reid-tune: error:")]
     assert len(errors) == 1 and "trial #0 stopped by SIGTERM" in errors[0], err[-3000:]
     assert "run the same reid-tune command again" in errors[0] and "continue trial #0" in errors[0]
     record = read_json(trial_dir / "trial.json")
-    assert record["status"] == "preempted" and record["params"] == {"SOLVER.BASE_LR": 0.00035}
+    assert record["status"] == "preempted" and record["params"] == {"SOLVER.BASE_LR": BASE_LR}
     stopped_at = record["iterations"]
 
     resumed = _proc("tune_net.py", args)  # the same command again
@@ -272,10 +240,9 @@ def test_sigterm_mid_trial_then_same_command_continues_it_bit_exactly(data_root,
     assert f"Starting training from iteration {stopped_at}" in log  # resumed after its checkpoint
     assert read_json(trial_dir / "trial.json")["status"] == "complete"
 
-    got, want = _weights(trial_dir / "model_final.pth"), _weights(reference / "model_final.pth")
-    assert got.keys() == want.keys()
-    for key in want:
-        assert torch.equal(got[key], want[key]), key
+    # The study's first trial is the base config itself (its LR, seed 0): the uninterrupted run's weights.
+    assert record["seed"] == 0
+    assert_same_weights(weights(trial_dir / "model_final.pth"), uninterrupted_first_trial)
 
 
 @pytest.mark.slow
@@ -308,14 +275,6 @@ def test_a_trial_stopped_after_its_final_checkpoint_evaluates_it_when_continued(
 # --------------------------------------------------------------------------- the pieces alone
 
 
-def test_resolve_metric():
-    names = ["A/mAP", "A/Rank-1", "B/mAP"]
-    assert resolve_metric("A/mAP", names) == "A/mAP"
-    assert resolve_metric("Rank-1", names) == "A/Rank-1"
-    assert resolve_metric("mAP", names) is None  # two test sets: ambiguous
-    assert resolve_metric("mINP", names) is None
-
-
 class _FakeTrial:
     number = 7
 
@@ -346,7 +305,7 @@ def test_reporter_names_the_metrics_that_exist_when_the_objective_is_missing():
     assert trial.reports == []
 
     trial, trainer = _FakeTrial(), make_trainer()
-    trainer.register_hooks([_evaluation(), TrialReporter(lambda: trial, "mAP", eval_period=2)])
+    trainer.register_hooks([_evaluation(), TrialReporter(lambda: trial, "Test/mAP", eval_period=2)])
     trainer.train(0, 6)
     assert trial.reports == [(2, 0.5), (4, 0.5), (6, 0.5)]  # periodic, then the final one at max_iter
 
@@ -360,14 +319,14 @@ def test_reporter_reports_the_cut_short_evaluation_a_resumed_run_redoes_first():
     evaluation = hooks.EvalHook(2, evaluate)
     evaluation.load_state_dict({"pending": 3})  # a stop cut the evaluation after iteration 4 short
     trial, trainer = _FakeTrial(), make_trainer()
-    trainer.register_hooks([evaluation, TrialReporter(lambda: trial, "mAP", eval_period=2, evaluation=evaluation)])
+    trainer.register_hooks([evaluation, TrialReporter(lambda: trial, "Test/mAP", eval_period=2, evaluation=evaluation)])
     trainer.train(4, 8)
     assert evaluation.redone == 3 and evaluation.pending is None
     assert trial.reports == [(4, 0.25), (6, 0.5), (8, 0.75)]  # the redone one, then as usual
 
     trial, trainer = _FakeTrial(), make_trainer()
     plain = hooks.EvalHook(2, lambda: {"Test": {"mAP": 0.5}})
-    trainer.register_hooks([plain, TrialReporter(lambda: trial, "mAP", eval_period=2, evaluation=plain)])
+    trainer.register_hooks([plain, TrialReporter(lambda: trial, "Test/mAP", eval_period=2, evaluation=plain)])
     trainer.train(4, 8)
     assert plain.redone is None and trial.reports == [(6, 0.5), (8, 0.5)]  # nothing pending, nothing extra
 
