@@ -39,7 +39,7 @@ def _fifo_root(data_root, tmp_path, split):
 def release():
     """Unblock the threads this process left stuck opening the pipes (a writer that closes at once), and
     wait for them to end."""
-    pipes = []
+    pipes, before = [], set(threading.enumerate())  # threads of earlier tests in this worker are not ours to wait for
     yield pipes
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # a thread may go on to the next pipe: until they have all ended
@@ -48,7 +48,8 @@ def release():
                 os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
             except OSError as exc:  # ENXIO: nobody is reading it now
                 assert exc.errno in (errno.ENXIO, errno.ENOENT), exc
-        if not [t for t in threading.enumerate() if t.daemon and t.name.startswith(("image-cache-", "data-loader"))]:
+        if not [t for t in set(threading.enumerate()) - before
+                if t.daemon and t.name.startswith(("image-cache-", "data-loader"))]:
             break
         time.sleep(0.02)
 
