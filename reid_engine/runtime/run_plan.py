@@ -23,6 +23,7 @@ from tabulate import tabulate
 from ..utils import comm, env
 from ..utils.registry import check_choice, registry_for_key
 from . import thread_policy
+from .cpu_budget import usable_cpus
 from .plan_rules import (
     AMP_DTYPE_NAMES,
     CHANNELS_LAST_CHOICES,
@@ -195,8 +196,9 @@ def _plan(cfg, purpose: str, architecture) -> RunPlan:
     augment, reasons["device_augment"] = device_augment_decision(cfg, device.type)
     workers = loader_workers(cfg)
     reasons["loader_workers"] = "DATALOADER.NUM_WORKERS"
-    threads, reasons["threads"] = cpu_threads(comm.get_local_size())
-    adapt, reasons["adapt_threads"] = adapts_threads(device.type, purpose)
+    usable = usable_cpus()
+    threads, reasons["threads"] = cpu_threads(comm.get_local_size(), usable=usable)
+    adapt, reasons["adapt_threads"] = adapts_threads(device.type, purpose, usable=usable)
     return RunPlan(purpose=purpose, device=device, amp=amp, channels_last=channels_last, compile_mode=mode,
                    compile_explicit=normalize_compile_mode(cfg.MODEL.COMPILE) != "auto",
                    compile_backend=str(cfg.MODEL.COMPILE_BACKEND), cpu_bf16_weight_grad=cpu_bf16,

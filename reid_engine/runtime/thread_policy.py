@@ -110,10 +110,13 @@ def busy_at_start(environ: Mapping[str, str] = os.environ, probe_s: float = PROB
     """Other processes' CPU use now: inherited from a parent command, else measured for `probe_s` seconds.
 
     None where it cannot be known: no /proc, or a torchrun sibling (the others start at the same
-    moment and would count each other as load).
+    moment and would count each other as load); and, without measuring, where nothing would read it:
+    the user set both OMP_WAIT_POLICY and OMP_NUM_THREADS.
     """
     if BUSY_ENV in environ:
         return busy_measured(environ)
+    if "OMP_WAIT_POLICY" in environ and environ.get("OMP_NUM_THREADS", "").strip():
+        return None
     if int(environ.get("LOCAL_WORLD_SIZE", "1") or 1) > 1:
         return None
     meter = LoadMeter()

@@ -72,6 +72,8 @@ def test_the_start_choice_is_inherited_set_in_the_environment_and_made_before_to
     environ = {tp.BUSY_ENV: "0.00"}
     tp.choose_at_start(environ)
     assert "OMP_WAIT_POLICY" not in environ  # quiet: OpenMP's default
+    environ = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "2"}  # nothing would read a measurement
+    assert tp.choose_at_start(environ).busy is None and tp.BUSY_ENV not in environ
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", tp.BUSY_ENV)}
     out = subprocess.run([sys.executable, "-c", "import os, sys, reid_engine.cli; "
                           f"print('torch' in sys.modules, os.environ.get('{tp.BUSY_ENV}') is not None)"],
